@@ -1,0 +1,346 @@
+package fence
+
+import (
+	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Client acquires leases from one store through its Driver. It owns
+// everything that is the same for every store: waiting, renewal, local
+// validity and loss. A Client is safe for concurrent use.
+type Client struct {
+	drv Driver
+	cfg config
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	closed bool
+}
+
+// New returns a Client over drv. The options are the defaults for every
+// call; calls may override them.
+func New(drv Driver, opts ...Option) *Client {
+	if drv == nil {
+		panic("fence: New with nil Driver")
+	}
+	return &Client{drv: drv, cfg: defaultConfig().with(opts), leases: make(map[*Lease]struct{})}
+}
+
+// Driver returns the Client's driver, for access to its optional
+// interfaces.
+func (c *Client) Driver() Driver { return c.drv }
+
+// Acquire takes key, waiting while another owner holds it: until the key
+// is free, ctx is done, or the wait timeout (WithWait) passes, in which
+// case it returns a *HeldError. Waiting uses the store's notifications or
+// server-side queue where it has one, and polls with jittered backoff
+// otherwise, waking at the holder's reported expiry.
+//
+// Leases are not reentrant: a second Acquire of a key this process already
+// holds waits like any other contender.
+//
+// ctx bounds the wait only; the lease's own context (Lease.Context) carries
+// ctx's values but not its cancellation.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	return c.acquire(ctx, key, c.cfg.with(opts), true)
+}
+
+// TryAcquire makes one attempt to take key and returns at once. If another
+// owner holds it, the error is a *HeldError matching ErrHeld, carrying the
+// holder where the store can tell.
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	return c.acquire(ctx, key, c.cfg.with(opts), false)
+}
+
+// Inspect returns the current holder of key. The error matches ErrNotHeld
+// if the key is free, and ErrUnsupported if the store cannot tell.
+func (c *Client) Inspect(ctx context.Context, key string) (Holder, error) {
+	if err := ValidateKey(key); err != nil {
+		return Holder{}, err
+	}
+	in, ok := c.drv.(Inspector)
+	if !ok {
+		return Holder{}, fmt.Errorf("%w: inspect %q", ErrUnsupported, key)
+	}
+	return in.Inspect(ctx, key)
+}
+
+// List returns the holders of the held keys that start with prefix, sorted
+// by key. The error matches ErrUnsupported if the store cannot list.
+func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
+	l, ok := c.drv.(Lister)
+	if !ok {
+		return nil, fmt.Errorf("%w: list", ErrUnsupported)
+	}
+	return l.List(ctx, prefix)
+}
+
+// Close releases every lease the Client still holds and makes later
+// acquisitions fail with ErrClosed. It returns the errors of the releases
+// that failed, joined.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	held := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrReleased) && !errors.Is(err, ErrLost) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) acquire(ctx context.Context, key string, cfg config, wait bool) (*Lease, error) {
+	if err := cfg.validate(key); err != nil {
+		return nil, err
+	}
+	if err := c.checkOpen(key); err != nil {
+		return nil, err
+	}
+	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta)}
+	if !wait {
+		sent := time.Now()
+		claim, err := c.drv.TryAcquire(ctx, req)
+		if err != nil {
+			return nil, c.acquireError(ctx, key, err)
+		}
+		return c.grant(ctx, cfg, req, claim, sent)
+	}
+
+	waitCtx := ctx
+	if cfg.wait > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitTimeout)
+		defer cancel()
+	}
+	if b, ok := c.drv.(BlockingAcquirer); ok {
+		return c.acquireBlocking(ctx, waitCtx, b, cfg, req)
+	}
+	return c.acquirePolling(ctx, waitCtx, cfg, req)
+}
+
+var errWaitTimeout = errors.New("fence: wait timeout")
+
+// acquireBlocking waits inside a driver whose store queues waiters.
+func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg config, req Request) (*Lease, error) {
+	for {
+		sent := time.Now()
+		claim, err := b.Acquire(waitCtx, req)
+		if err != nil {
+			if waitCtx.Err() != nil {
+				return nil, c.waitEnded(ctx, waitCtx, req.Key, nil)
+			}
+			return nil, c.acquireError(ctx, req.Key, err)
+		}
+		l, err := c.grant(ctx, cfg, req, claim, sent)
+		if errors.Is(err, errLateReply) {
+			req.Owner = newOwnerID(cfg.ownerPrefix)
+			continue
+		}
+		return l, err
+	}
+}
+
+// Polling bounds. A waiter sleeps at most maxPoll between attempts even
+// when a store notification should wake it, as a guard against a missed
+// notification.
+const (
+	minPoll = 5 * time.Millisecond
+	maxPoll = time.Second
+)
+
+// acquirePolling retries TryAcquire, sleeping between attempts until a
+// notification from a Watcher, the holder's reported expiry, or a jittered
+// exponential backoff.
+func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Request) (*Lease, error) {
+	var (
+		notify   <-chan struct{}
+		watched  bool
+		lastHeld *HeldError
+		backoff  = minPoll
+		timer    = time.NewTimer(time.Hour)
+	)
+	timer.Stop()
+	defer timer.Stop()
+	watchCtx, stopWatch := context.WithCancel(waitCtx)
+	defer stopWatch()
+
+	for {
+		sent := time.Now()
+		claim, err := c.drv.TryAcquire(waitCtx, req)
+		if err == nil {
+			l, err := c.grant(ctx, cfg, req, claim, sent)
+			if errors.Is(err, errLateReply) {
+				req.Owner = newOwnerID(cfg.ownerPrefix)
+				continue
+			}
+			return l, err
+		}
+		var held *HeldError
+		if !errors.As(err, &held) {
+			if waitCtx.Err() != nil {
+				return nil, c.waitEnded(ctx, waitCtx, req.Key, lastHeld)
+			}
+			return nil, c.acquireError(ctx, req.Key, err)
+		}
+		lastHeld = held
+
+		// Subscribe once, then try again at once: a release between the
+		// failed attempt and the subscription would otherwise go unseen.
+		if w, ok := c.drv.(Watcher); ok && !watched {
+			watched = true
+			ch, err := w.Watch(watchCtx, req.Key)
+			if err == nil {
+				notify = ch
+				continue
+			}
+			cfg.logger.Warn("fence: watch failed; polling instead", "key", req.Key, "err", err)
+		}
+
+		delay := backoff
+		if notify != nil {
+			delay = maxPoll
+		}
+		delay = rand.N(delay/2+1) + delay/2 // jitter: [delay/2, delay]
+		if held.Holder != nil && held.Holder.ExpiresIn > 0 && held.Holder.ExpiresIn+time.Millisecond < delay {
+			delay = held.Holder.ExpiresIn + time.Millisecond
+		}
+		timer.Reset(delay)
+		select {
+		case <-waitCtx.Done():
+			return nil, c.waitEnded(ctx, waitCtx, req.Key, lastHeld)
+		case _, ok := <-notify:
+			if !ok {
+				notify = nil // the watch broke: poll
+			}
+			backoff = minPoll
+		case <-timer.C:
+			backoff = min(backoff*2, maxPoll)
+		}
+		timer.Stop()
+	}
+}
+
+// waitEnded returns the error for a wait that ended without the lease:
+// ctx's error if the caller's context ended, a *HeldError if the wait
+// timeout passed.
+func (c *Client) waitEnded(ctx, waitCtx context.Context, key string, held *HeldError) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("fence: acquire %q: %w", key, context.Cause(ctx))
+	}
+	if context.Cause(waitCtx) != errWaitTimeout {
+		return fmt.Errorf("fence: acquire %q: %w", key, context.Cause(waitCtx))
+	}
+	if held == nil {
+		held = &HeldError{Key: key}
+		if h, err := c.Inspect(ctx, key); err == nil {
+			held.Holder = &h
+		}
+	}
+	return held
+}
+
+func (c *Client) acquireError(ctx context.Context, key string, err error) error {
+	var held *HeldError
+	if errors.As(err, &held) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("fence: acquire %q: %w", key, context.Cause(ctx))
+	}
+	return fmt.Errorf("fence: acquire %q: %w", key, err)
+}
+
+var errLateReply = errors.New("fence: acquire reply arrived after the lease's validity ended")
+
+// grant turns a driver's claim into a Lease, valid from the moment the
+// request was sent. A reply that arrives after that validity has already
+// ended is never reported as held: the claim is released and errLateReply
+// returned.
+func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim, sent time.Time) (*Lease, error) {
+	validUntil := sent.Add(cfg.ttl - cfg.driftMargin())
+	if tok := claim.Token(); tok <= 0 {
+		c.releaseQuietly(claim, cfg)
+		return nil, fmt.Errorf("fence: acquire %q: driver returned invalid token %d", req.Key, tok)
+	}
+	if !time.Now().Before(validUntil) {
+		c.releaseQuietly(claim, cfg)
+		cfg.logger.Warn("fence: acquire reply arrived after the lease's validity ended; not held",
+			"key", req.Key, "token", claim.Token(), "elapsed", time.Since(sent))
+		return nil, &LostError{Key: req.Key, Token: claim.Token(), Reason: LossExpired, Err: errLateReply}
+	}
+	l := newLease(c, cfg, req, claim, validUntil, ctx)
+	l.start()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = l.Release(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("fence: acquire %q: %w", req.Key, ErrClosed)
+	}
+	c.leases[l] = struct{}{}
+	c.mu.Unlock()
+	return l, nil
+}
+
+func (c *Client) releaseQuietly(claim Claim, cfg config) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ttl)
+	defer cancel()
+	_ = claim.Release(ctx)
+}
+
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	c.mu.Unlock()
+}
+
+func (c *Client) checkOpen(key string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("fence: acquire %q: %w", key, ErrClosed)
+	}
+	return nil
+}
+
+// newOwnerID returns a unique, unguessable owner id: 128 random bits in
+// hex, after prefix and a dash if a prefix is set.
+func newOwnerID(prefix string) string {
+	var b [16]byte
+	if _, err := cryptorand.Read(b[:]); err != nil {
+		panic("fence: crypto/rand failed: " + err.Error()) // never, per crypto/rand's docs
+	}
+	id := hex.EncodeToString(b[:])
+	if prefix != "" {
+		return prefix + "-" + id
+	}
+	return id
+}
+
+var (
+	hostname, _ = os.Hostname()
+	pidString   = strconv.Itoa(os.Getpid())
+)
+
+func holderMeta(user map[string]string) map[string]string {
+	m := make(map[string]string, len(user)+2)
+	m["host"] = hostname
+	m["pid"] = pidString
+	for k, v := range user {
+		m[k] = v
+	}
+	return m
+}

@@ -1,0 +1,129 @@
+package fence
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is the store side of fence: the few atomic operations one store
+// offers. A driver holds no waiting, renewal or validity logic; the Client
+// owns all of that, the way database/sql owns pooling over
+// database/sql/driver.
+//
+// Extra powers are optional interfaces that the Client discovers by type
+// assertion: [Watcher], [BlockingAcquirer], [Inspector], [Lister] on the
+// Driver, and [SessionClaim] on a [Claim].
+//
+// A Driver must be safe for concurrent use. The conformance suite in
+// package fencetest checks every rule a driver must keep.
+type Driver interface {
+	// TryAcquire makes exactly one attempt to take req.Key for req.Owner
+	// for at least req.TTL and, in the same atomic step, issues the next
+	// fencing token for the key: an integer > 0 strictly greater than every
+	// token issued before for that key, by any client.
+	//
+	// If the key is held, TryAcquire returns a *HeldError (which matches
+	// ErrHeld), with the holder filled in where the store tells it
+	// cheaply. It must never wait for the key to become free.
+	//
+	// A driver that cannot grant exactly req.TTL must grant more, never
+	// less: the Client measures validity from req.TTL.
+	TryAcquire(ctx context.Context, req Request) (Claim, error)
+}
+
+// Request is one acquisition attempt, as the Client hands it to a Driver.
+// The Client has validated every field before the driver sees it.
+type Request struct {
+	// Key names the lock. It is non-empty valid UTF-8 without NUL bytes and
+	// at most MaxKeyLen bytes; a driver with a tighter limit maps long keys
+	// (for example by hashing) rather than refusing them where it can.
+	Key string
+	// Owner is unique to this acquisition and unguessable. Drivers compare
+	// it on extend and release, so one acquisition can never extend or
+	// release another's lease.
+	Owner string
+	// TTL is how long the store keeps the lease without a renewal.
+	TTL time.Duration
+	// Meta is informational holder metadata (host, pid, caller's fields).
+	// Drivers store it where they can and return it from Inspect.
+	Meta map[string]string
+}
+
+// Claim is a driver's handle on one granted lease. The Client never calls
+// the methods of one Claim concurrently, and calls none after Release.
+type Claim interface {
+	// Token returns the fencing token issued with this acquisition.
+	Token() int64
+	// Extend pushes the lease's expiry to at least ttl from now, only if
+	// the store still holds it for this owner (compare-and-extend). It
+	// returns an error matching ErrNotHeld if the store no longer does.
+	Extend(ctx context.Context, ttl time.Duration) error
+	// Release deletes the lease only if the store still holds it for this
+	// owner (compare-and-delete). It returns an error matching ErrNotHeld
+	// if the store no longer does; it must never remove another owner's
+	// lease.
+	Release(ctx context.Context) error
+}
+
+// SessionClaim is a Claim bound to a connection or session (an advisory
+// lock on a dedicated connection, an etcd or ZooKeeper session) whose loss
+// the driver detects itself.
+type SessionClaim interface {
+	Claim
+	// Lost returns a channel that receives the cause once, when the
+	// session that holds the lease is gone. The Client then treats the
+	// lease as lost at once.
+	Lost() <-chan error
+}
+
+// Watcher is implemented by drivers that can notify waiters of a change
+// to a key (pub/sub, LISTEN/NOTIFY, watches), so Acquire need not poll.
+type Watcher interface {
+	// Watch returns a channel that receives a value whenever key may have
+	// been released. Several changes may be coalesced into one value. The
+	// driver stops watching and releases everything it holds for the watch
+	// when ctx is done; it may close the channel then, or if the watch
+	// breaks (the Client falls back to polling).
+	Watch(ctx context.Context, key string) (<-chan struct{}, error)
+}
+
+// BlockingAcquirer is implemented by drivers whose store itself queues and
+// wakes waiters (a server-side blocking lock call, a FIFO queue of
+// contenders). Acquire then waits inside the driver instead of polling.
+type BlockingAcquirer interface {
+	// Acquire blocks until the lease is granted or ctx is done. When ctx
+	// is done first it returns ctx's error and leaves nothing behind in
+	// the store (no queue entry, no pending lock request).
+	Acquire(ctx context.Context, req Request) (Claim, error)
+}
+
+// Inspector is implemented by drivers that can tell who holds a key.
+type Inspector interface {
+	// Inspect returns the current holder of key, or an error matching
+	// ErrNotHeld if the key is free.
+	Inspect(ctx context.Context, key string) (Holder, error)
+}
+
+// Lister is implemented by drivers that can enumerate held keys.
+type Lister interface {
+	// List returns the holders of every held key that starts with prefix,
+	// sorted by key.
+	List(ctx context.Context, prefix string) ([]Holder, error)
+}
+
+// Holder describes who holds a key, as far as the store can tell.
+type Holder struct {
+	// Key is the lock's key.
+	Key string
+	// Owner is the holder's owner id; empty if unknown.
+	Owner string
+	// Token is the holder's fencing token; 0 if unknown.
+	Token int64
+	// ExpiresIn is the time left before the store frees the key unless the
+	// holder renews it, as the store measured it when asked; 0 if unknown
+	// or if the lease ends only with its session.
+	ExpiresIn time.Duration
+	// Meta is the holder's metadata (for example "host" and "pid"), where
+	// the store keeps it.
+	Meta map[string]string
+}

@@ -1,0 +1,164 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Election is leader election over one key: the leader is whoever holds
+// the key's lease, and the lease's token orders the terms, so a resource
+// guarded by tokens refuses writes from a deposed leader.
+type Election struct {
+	c    *Client
+	key  string
+	opts []Option
+
+	mu    sync.Mutex
+	lease *Lease
+}
+
+// Election returns a candidate for leadership of key. The options apply to
+// every campaign.
+func (c *Client) Election(key string, opts ...Option) *Election {
+	return &Election{c: c, key: key, opts: opts}
+}
+
+// Campaign waits until this candidate leads (or ctx ends, or the wait
+// timeout passes) and returns the leadership's lease. Leadership ends when
+// the lease is lost or on Resign.
+func (e *Election) Campaign(ctx context.Context) (*Lease, error) {
+	e.mu.Lock()
+	if e.lease != nil && e.lease.Err() == nil {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: already leading %q; Resign first", ErrInvalidOption, e.key)
+	}
+	e.mu.Unlock()
+	l, err := e.c.Acquire(ctx, e.key, e.opts...)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.lease = l
+	e.mu.Unlock()
+	return l, nil
+}
+
+// Resign gives up leadership, if this candidate leads. It is a no-op
+// otherwise.
+func (e *Election) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	l := e.lease
+	e.lease = nil
+	e.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLost) && !errors.Is(err, ErrReleased) {
+		return err
+	}
+	return nil
+}
+
+// Lead campaigns, runs fn while leading, and campaigns again when
+// leadership is lost, until fn returns, ctx ends, or a campaign fails. fn's
+// context ends when leadership is lost or ctx ends. Lead resigns before it
+// returns, and returns fn's error, or ctx's.
+func (e *Election) Lead(ctx context.Context, fn func(ctx context.Context, l *Lease) error) error {
+	for {
+		l, err := e.Campaign(ctx)
+		if err != nil {
+			return err
+		}
+		runCtx, cancel := context.WithCancelCause(l.Context())
+		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+		err = fn(runCtx, l)
+		stop()
+		cancel(nil)
+		lost := errors.Is(l.Err(), ErrLost)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.TTL())
+		rerr := e.Resign(rctx)
+		rcancel()
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("fence: lead %q: %w", e.key, context.Cause(ctx))
+		case lost:
+			continue // deposed: campaign again
+		case err != nil:
+			return err
+		default:
+			return rerr
+		}
+	}
+}
+
+// Leader returns the current leader. The error matches ErrNotHeld if there
+// is none, and ErrUnsupported if the store cannot tell.
+func (e *Election) Leader(ctx context.Context) (Holder, error) {
+	return e.c.Inspect(ctx, e.key)
+}
+
+// Observe reports the leader each time it changes, starting with the
+// current one (a zero Holder while there is none), until ctx ends; then
+// the channel is closed. It uses the store's notifications where there are
+// any and polls otherwise. It needs a store that can Inspect.
+func (e *Election) Observe(ctx context.Context) (<-chan Holder, error) {
+	in, ok := e.c.drv.(Inspector)
+	if !ok {
+		return nil, fmt.Errorf("%w: observe %q", ErrUnsupported, e.key)
+	}
+	if err := ValidateKey(e.key); err != nil {
+		return nil, err
+	}
+	var notify <-chan struct{}
+	if w, ok := e.c.drv.(Watcher); ok {
+		if ch, err := w.Watch(ctx, e.key); err == nil {
+			notify = ch
+		}
+	}
+	poll := min(e.c.cfg.with(e.opts).ttl/3, maxPoll)
+	out := make(chan Holder)
+	go func() {
+		defer close(out)
+		var last Holder
+		first := true
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-notify:
+				if !ok {
+					notify = nil
+				}
+			case <-t.C:
+			}
+			h, err := in.Inspect(ctx, e.key)
+			if err != nil && !errors.Is(err, ErrNotHeld) {
+				t.Reset(poll)
+				continue
+			}
+			if err != nil {
+				h = Holder{}
+			}
+			if first || h.Owner != last.Owner || h.Token != last.Token {
+				first = false
+				last = h
+				select {
+				case out <- h:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if h.ExpiresIn > 0 && h.ExpiresIn < poll {
+				t.Reset(h.ExpiresIn + time.Millisecond)
+			} else {
+				t.Reset(poll)
+			}
+		}
+	}()
+	return out, nil
+}

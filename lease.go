@@ -1,0 +1,310 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lease is a held lock: a key, an owner id and a fencing token, valid until
+// it is released or lost. Send Token with every write to the protected
+// resource and let the resource refuse tokens lower than one it has
+// already seen (see the guards): that, not the lease, is what makes a
+// paused or partitioned old holder harmless.
+//
+// While the lease is held, fence renews it (unless WithoutRenewal). The
+// lease is lost, and its context cancelled at once, when the store refuses
+// a renewal, when the local validity runs out before a renewal succeeds,
+// or when the session holding it drops. Local validity is measured on this
+// machine's monotonic clock from the moment each acquire or renew request
+// was sent, minus the drift margin; no other machine's clock is trusted.
+//
+// A Lease is safe for concurrent use.
+type Lease struct {
+	c        *Client
+	cfg      config
+	key      string
+	owner    string
+	token    int64
+	claim    Claim
+	acquired time.Time
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	claimMu   sync.Mutex // serializes calls on claim
+	claimDone bool       // claim.Release was called; guarded by claimMu
+
+	mu         sync.Mutex
+	validUntil time.Time
+	expiry     *time.Timer
+	ended      bool // lost or released
+
+	loopDone chan struct{}
+}
+
+func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.Time, ctx context.Context) *Lease {
+	l := &Lease{
+		c:          c,
+		cfg:        cfg,
+		key:        req.Key,
+		owner:      req.Owner,
+		token:      claim.Token(),
+		claim:      claim,
+		acquired:   time.Now(),
+		validUntil: validUntil,
+		loopDone:   make(chan struct{}),
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	return l
+}
+
+// start arms the validity timer and, if the lease renews or is
+// session-bound, the goroutine that keeps it.
+func (l *Lease) start() {
+	l.mu.Lock()
+	l.expiry = time.AfterFunc(time.Until(l.validUntil), l.expire)
+	l.mu.Unlock()
+	_, session := l.claim.(SessionClaim)
+	if l.cfg.noRenew && !session {
+		close(l.loopDone)
+		return
+	}
+	go l.keep()
+}
+
+// Key returns the lease's key.
+func (l *Lease) Key() string { return l.key }
+
+// Owner returns the owner id of this acquisition, unique and unguessable.
+func (l *Lease) Owner() string { return l.owner }
+
+// Token returns the fencing token: greater than every token issued before
+// for this key. Send it with every write to the protected resource.
+func (l *Lease) Token() int64 { return l.token }
+
+// TTL returns the lease's time-to-live in the store.
+func (l *Lease) TTL() time.Duration { return l.cfg.ttl }
+
+// AcquiredAt returns when the lease was granted, on this machine's clock.
+func (l *Lease) AcquiredAt() time.Time { return l.acquired }
+
+// Context returns a context that is cancelled the moment the lease is lost
+// or released; context.Cause tells which (a *LostError or ErrReleased). It
+// carries the values of the context given to Acquire, not its
+// cancellation. Do the lease's work under this context.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Done returns a channel that is closed when the lease is lost or released.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lease is held, a *LostError (matching ErrLost)
+// once it is lost, and an error matching ErrReleased once it is released.
+func (l *Lease) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// ValidFor returns how long the lease stays valid locally if no renewal
+// succeeds from now on; 0 once it is lost or released.
+func (l *Lease) ValidFor() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return 0
+	}
+	return max(0, time.Until(l.validUntil))
+}
+
+// Renew extends the lease now. Automatic renewal does this on its own;
+// Renew is for leases taken WithoutRenewal, or to extend before a long
+// step. If the store refuses, the lease is lost and the *LostError
+// returned.
+func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	deadline := l.validUntil
+	l.mu.Unlock()
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	sent := time.Now()
+	err := l.extend(ctx)
+	if err == nil {
+		l.extendValidity(sent)
+		return l.Err()
+	}
+	if errors.Is(err, ErrNotHeld) {
+		l.lose(LossRefused, err)
+		return l.Err()
+	}
+	if lerr := l.Err(); lerr != nil {
+		return lerr
+	}
+	return fmt.Errorf("fence: renew %q (token %d): %w", l.key, l.token, err)
+}
+
+// Release ends the lease: it cancels the lease's context first, so work
+// under it stops, then deletes the lease in the store only if the store
+// still holds it for this owner (compare-and-delete). Release never
+// removes another owner's lease.
+//
+// Releasing a lease that was lost returns its *LostError (ErrLost);
+// releasing it twice returns an error matching ErrReleased. Both are
+// harmless.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		<-l.loopDone
+		l.c.forget(l)
+		cause := l.Err()
+		var lost *LostError
+		if errors.As(cause, &lost) && lost.Reason == LossExpired {
+			// Unreachable or slow store: the key may still be ours there.
+			// Deleting it (compare-and-delete) frees it for others sooner.
+			_ = l.releaseClaim(ctx)
+		}
+		return cause
+	}
+	l.ended = true
+	l.expiry.Stop()
+	l.cancel(fmt.Errorf("%w: %q (token %d)", ErrReleased, l.key, l.token))
+	l.mu.Unlock()
+
+	<-l.loopDone
+	err := l.releaseClaim(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		// The store had already let the lease go behind our back.
+		return &LostError{Key: l.key, Token: l.token, Reason: LossRefused, Err: err}
+	default:
+		return fmt.Errorf("fence: release %q (token %d): %w", l.key, l.token, err)
+	}
+}
+
+func (l *Lease) releaseClaim(ctx context.Context) error {
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	defer l.c.forget(l)
+	if l.claimDone {
+		return nil
+	}
+	l.claimDone = true
+	return l.claim.Release(ctx)
+}
+
+func (l *Lease) extend(ctx context.Context) error {
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	if l.claimDone {
+		return ErrNotHeld
+	}
+	return l.claim.Extend(ctx, l.cfg.ttl)
+}
+
+// keep renews the lease every renew interval and watches its session, until
+// the lease ends.
+func (l *Lease) keep() {
+	defer close(l.loopDone)
+	var sessionLost <-chan error
+	if sc, ok := l.claim.(SessionClaim); ok {
+		sessionLost = sc.Lost()
+	}
+	var tick <-chan time.Time
+	interval := l.cfg.renewInterval()
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	if !l.cfg.noRenew {
+		tick = timer.C
+	}
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case err := <-sessionLost:
+			l.lose(LossSession, err)
+			return
+		case <-tick:
+			next, ok := l.renewOnce(interval)
+			if !ok {
+				return
+			}
+			timer.Reset(next)
+		}
+	}
+}
+
+// renewOnce extends the lease once and returns when to try next; false
+// once the lease has ended.
+func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
+	l.mu.Lock()
+	deadline := l.validUntil
+	l.mu.Unlock()
+	ctx, cancel := context.WithDeadline(l.ctx, deadline)
+	sent := time.Now()
+	err := l.extend(ctx)
+	cancel()
+	switch {
+	case l.ctx.Err() != nil:
+		return 0, false
+	case err == nil:
+		l.extendValidity(sent)
+		return interval, true
+	case errors.Is(err, ErrNotHeld):
+		l.lose(LossRefused, err)
+		return 0, false
+	}
+	left := time.Until(deadline)
+	l.cfg.logger.Warn("fence: renewal failed; retrying", "key", l.key, "token", l.token,
+		"valid_for", left, "err", err)
+	// Retry sooner than the interval, a few times before validity runs out.
+	return max(minPoll, min(interval, left/4)), true
+}
+
+// extendValidity moves the validity to sent + TTL - margin after a
+// successful renewal whose request was sent at sent.
+func (l *Lease) extendValidity(sent time.Time) {
+	until := sent.Add(l.cfg.ttl - l.cfg.driftMargin())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || !until.After(l.validUntil) {
+		return
+	}
+	l.validUntil = until
+	l.expiry.Reset(time.Until(until))
+}
+
+// expire runs when the validity timer fires.
+func (l *Lease) expire() {
+	l.mu.Lock()
+	still := time.Now().Before(l.validUntil) // renewed meanwhile
+	l.mu.Unlock()
+	if !still {
+		l.lose(LossExpired, nil)
+	}
+}
+
+// lose ends the lease as lost, at once: its context is cancelled with a
+// *LostError.
+func (l *Lease) lose(reason LossReason, err error) {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.ended = true
+	l.expiry.Stop()
+	lost := &LostError{Key: l.key, Token: l.token, Reason: reason, Err: err}
+	l.cancel(lost)
+	l.mu.Unlock()
+	l.c.forget(l)
+	l.cfg.logger.Error("fence: lease lost", "key", l.key, "token", l.token, "reason", string(reason), "err", err)
+}

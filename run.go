@@ -1,0 +1,62 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Run acquires key, runs fn under the lease and releases the lease when fn
+// returns. fn's context ends when the lease is lost or ctx ends; fn must
+// stop its work then, and should send l.Token() with every write to the
+// protected resource.
+//
+// Run returns fn's error. If the lease was lost before fn returned, the
+// error also matches ErrLost: fn's work may have overlapped another
+// holder's, which is what fencing tokens make harmless.
+//
+// With SkipIfHeld, Run does not wait for a held key: it returns an error
+// matching ErrSkipped (and ErrHeld, with the holder) without calling fn.
+// With HoldAtLeast, it keeps the lease after fn returns until that long
+// after the acquisition.
+func (c *Client) Run(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
+	cfg := c.cfg.with(opts)
+	l, err := c.acquire(ctx, key, cfg, !cfg.skipIfHeld)
+	if err != nil {
+		if cfg.skipIfHeld && errors.Is(err, ErrHeld) {
+			return fmt.Errorf("%w: %w", ErrSkipped, err)
+		}
+		return err
+	}
+	return runHeld(ctx, l, cfg, fn)
+}
+
+// runHeld runs fn under the held lease l and releases it.
+func runHeld(ctx context.Context, l *Lease, cfg config, fn func(ctx context.Context, l *Lease) error) error {
+	runCtx, cancel := context.WithCancelCause(l.Context())
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	err := fn(runCtx, l)
+	stop()
+	cancel(nil)
+	if lerr := l.Err(); lerr != nil {
+		err = errors.Join(err, lerr)
+	}
+
+	if hold := time.Until(l.AcquiredAt().Add(cfg.holdAtLeast)); hold > 0 && l.Err() == nil {
+		t := time.NewTimer(hold)
+		select {
+		case <-t.C:
+		case <-l.Done():
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ttl)
+	defer rcancel()
+	if rerr := l.Release(rctx); rerr != nil && !errors.Is(rerr, ErrLost) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
