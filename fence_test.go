@@ -22,10 +22,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type hooked struct {
 	*fencemem.Store
 	mu          sync.Mutex
-	acquireHook func(ctx context.Context) error // before TryAcquire's store call
-	replyDelay  time.Duration                   // after TryAcquire's store call
+	acquireHook func(ctx context.Context) error                    // before TryAcquire's store call
+	replyDelay  time.Duration                                      // after TryAcquire's store call
 	extendHook  func(ctx context.Context, next func() error) error // around Extend's store call, if set
-	sessionLost chan error                      // makes claims SessionClaims
+	sessionLost chan error                                         // makes claims SessionClaims
 	releases    atomic.Int32
 }
 

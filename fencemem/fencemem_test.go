@@ -2,8 +2,8 @@ package fencemem_test
 
 import (
 	"context"
-	"time"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
