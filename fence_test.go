@@ -1,0 +1,438 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencemem"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// hooked wraps a fencemem.Store so tests can make the store slow, failing
+// or forgetful at chosen moments.
+type hooked struct {
+	*fencemem.Store
+	mu          sync.Mutex
+	acquireHook func(ctx context.Context) error                    // before TryAcquire's store call
+	replyDelay  time.Duration                                      // after TryAcquire's store call
+	extendHook  func(ctx context.Context, next func() error) error // around Extend's store call, if set
+	sessionLost chan error                                         // makes claims SessionClaims
+	releases    atomic.Int32
+}
+
+func newHooked() *hooked { return &hooked{Store: fencemem.New()} }
+
+func (h *hooked) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	h.mu.Lock()
+	hook, delay := h.acquireHook, h.replyDelay
+	h.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx); err != nil {
+			return nil, err
+		}
+	}
+	c, err := h.Store.TryAcquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(delay)
+	hc := &hookedClaim{Claim: c, h: h}
+	if h.sessionLost != nil {
+		return &sessionClaim{hc}, nil
+	}
+	return hc, nil
+}
+
+func (h *hooked) setExtend(f func(ctx context.Context, next func() error) error) {
+	h.mu.Lock()
+	h.extendHook = f
+	h.mu.Unlock()
+}
+
+type hookedClaim struct {
+	fence.Claim
+	h *hooked
+}
+
+func (c *hookedClaim) Extend(ctx context.Context, ttl time.Duration) error {
+	c.h.mu.Lock()
+	hook := c.h.extendHook
+	c.h.mu.Unlock()
+	next := func() error { return c.Claim.Extend(ctx, ttl) }
+	if hook != nil {
+		return hook(ctx, next)
+	}
+	return next()
+}
+
+func (c *hookedClaim) Release(ctx context.Context) error {
+	c.h.releases.Add(1)
+	return c.Claim.Release(ctx)
+}
+
+type sessionClaim struct{ *hookedClaim }
+
+func (c *sessionClaim) Lost() <-chan error { return c.h.sessionLost }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitDone(t *testing.T, l *fence.Lease, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-l.Done():
+		return time.Since(start)
+	case <-time.After(within):
+		t.Fatalf("lease %q still valid after %v", l.Key(), within)
+		return 0
+	}
+}
+
+func lossReason(t *testing.T, l *fence.Lease) fence.LossReason {
+	t.Helper()
+	var lost *fence.LostError
+	if !errors.As(l.Err(), &lost) {
+		t.Fatalf("lease cause %v; want a *LostError", l.Err())
+	}
+	return lost.Reason
+}
+
+func TestUnreachableStoreLosesAtValidityEnd(t *testing.T) {
+	ctx := ctxT(t)
+	h := newHooked()
+	c := fence.New(h, fence.WithTTL(600*time.Millisecond))
+	sent := time.Now()
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every renewal now hangs until its context ends, as with a store that
+	// accepts connections but never answers.
+	var calls atomic.Int32
+	h.setExtend(func(ctx context.Context, _ func() error) error {
+		calls.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	waitDone(t, l, 5*time.Second)
+	lostAfter := time.Since(sent)
+	if got := lossReason(t, l); got != fence.LossExpired {
+		t.Errorf("reason %q; want %q", got, fence.LossExpired)
+	}
+	// Validity is TTL minus margin (2% + 5ms = 17ms) from the request.
+	if lostAfter < 580*time.Millisecond || lostAfter > 2*time.Second {
+		t.Errorf("lost %v after the acquire request; want at the validity end, about 583ms", lostAfter)
+	}
+	if calls.Load() == 0 {
+		t.Errorf("no renewal was attempted")
+	}
+	if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+		t.Errorf("Release after loss: %v; want ErrLost", err)
+	}
+}
+
+func TestTransientRenewalFailuresAreRetried(t *testing.T) {
+	ctx := ctxT(t)
+	h := newHooked()
+	c := fence.New(h, fence.WithTTL(600*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failures atomic.Int32
+	h.setExtend(func(ctx context.Context, next func() error) error {
+		if failures.Add(1) <= 2 {
+			return errors.New("connection reset")
+		}
+		return next()
+	})
+	time.Sleep(1500 * time.Millisecond)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost despite renewals succeeding after two failures: %v", err)
+	}
+	if failures.Load() < 3 {
+		t.Errorf("%d renewal attempts; want retries after failures", failures.Load())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRefusedRenewalLosesAtOnce(t *testing.T) {
+	ctx := ctxT(t)
+	h := newHooked()
+	c := fence.New(h, fence.WithTTL(3*time.Second), fence.WithRenewInterval(50*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Delete("k")
+	took := waitDone(t, l, 2*time.Second)
+	if got := lossReason(t, l); got != fence.LossRefused {
+		t.Errorf("reason %q; want %q", got, fence.LossRefused)
+	}
+	if took > time.Second {
+		t.Errorf("loss noticed after %v; want within about one renew interval (50ms)", took)
+	}
+	if !errors.Is(context.Cause(l.Context()), fence.ErrLost) {
+		t.Errorf("context cause %v; want ErrLost", context.Cause(l.Context()))
+	}
+}
+
+func TestSessionLossLosesAtOnce(t *testing.T) {
+	ctx := ctxT(t)
+	h := newHooked()
+	h.sessionLost = make(chan error, 1)
+	c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sessionLost <- errors.New("connection terminated by administrator")
+	waitDone(t, l, 2*time.Second)
+	if got := lossReason(t, l); got != fence.LossSession {
+		t.Errorf("reason %q; want %q", got, fence.LossSession)
+	}
+	if !strings.Contains(l.Err().Error(), "terminated by administrator") {
+		t.Errorf("cause %q does not carry the driver's error", l.Err())
+	}
+}
+
+func TestLateAcquireReplyIsNeverHeld(t *testing.T) {
+	ctx := ctxT(t)
+	h := newHooked()
+	h.replyDelay = 150 * time.Millisecond // longer than the TTL below
+	c := fence.New(h, fence.WithTTL(100*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "k")
+	if err == nil {
+		t.Fatalf("TryAcquire whose reply came after the TTL returned a lease (token %d)", l.Token())
+	}
+	if !errors.Is(err, fence.ErrLost) {
+		t.Errorf("TryAcquire with a late reply: %v; want ErrLost", err)
+	}
+	if h.releases.Load() != 1 {
+		t.Errorf("the late claim was released %d times; want once", h.releases.Load())
+	}
+	// Acquire keeps trying until a reply comes in time.
+	var n atomic.Int32
+	h.mu.Lock()
+	h.acquireHook = func(context.Context) error {
+		if n.Add(1) > 2 {
+			h.mu.Lock()
+			h.replyDelay = 0 // takes effect from the next attempt
+			h.mu.Unlock()
+		}
+		return nil
+	}
+	h.mu.Unlock()
+	l, err = c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() < 3 {
+		t.Errorf("token %d; the late grants should have used earlier tokens", l.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWithoutRenewalAndManualRenew(t *testing.T) {
+	ctx := ctxT(t)
+	store := fencemem.New()
+	c := fence.New(store, fence.WithTTL(300*time.Millisecond), fence.WithoutRenewal())
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		time.Sleep(150 * time.Millisecond)
+		if err := l.Renew(ctx); err != nil {
+			t.Fatalf("manual Renew: %v", err)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("manually renewed lease lost: %v", err)
+	}
+	waitDone(t, l, 2*time.Second)
+	if got := lossReason(t, l); got != fence.LossExpired {
+		t.Errorf("reason %q; want %q", got, fence.LossExpired)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, fence.ErrLost) {
+		t.Errorf("Renew after loss: %v; want ErrLost", err)
+	}
+}
+
+func TestAcquirePollingWakesAtReportedExpiry(t *testing.T) {
+	ctx := ctxT(t)
+	store := fencemem.New()
+	// A driver without Watcher: waiting falls back to polling, which must
+	// wake when the holder's lease expires rather than at a fixed step.
+	drv := struct {
+		fence.Driver
+		fence.Inspector
+	}{store, store}
+	c := fence.New(drv, fence.WithTTL(400*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "k", fence.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l2, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Errorf("waiter took %v to get a key that expired after 400ms", took)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	l2.Release(ctx)
+	l.Release(ctx)
+}
+
+func TestWaitTimeoutReportsHolder(t *testing.T) {
+	ctx := ctxT(t)
+	store := fencemem.New()
+	c := fence.New(store)
+	l, err := c.TryAcquire(ctx, "job", fence.WithOwner("node-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if !strings.HasPrefix(l.Owner(), "node-a-") || len(l.Owner()) != len("node-a-")+32 {
+		t.Errorf("owner %q; want node-a- and 32 hex digits", l.Owner())
+	}
+	_, err = c.Acquire(ctx, "job", fence.WithWait(100*time.Millisecond))
+	var held *fence.HeldError
+	if !errors.As(err, &held) || held.Holder == nil {
+		t.Fatalf("Acquire past its wait timeout: %v; want a *HeldError with the holder", err)
+	}
+	if held.Holder.Owner != l.Owner() || held.Holder.Token != l.Token() {
+		t.Errorf("holder %+v; want owner %q token %d", held.Holder, l.Owner(), l.Token())
+	}
+	for _, want := range []string{`"job"`, l.Owner(), "token 1", "pid"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
+
+func TestOwnersAreUnique(t *testing.T) {
+	ctx := ctxT(t)
+	c := fence.New(fencemem.New())
+	seen := map[string]bool{}
+	for range 50 {
+		l, err := c.TryAcquire(ctx, "k", fence.WithOwner("same"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[l.Owner()] {
+			t.Fatalf("owner %q issued twice", l.Owner())
+		}
+		seen[l.Owner()] = true
+		l.Release(ctx)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	ctx := ctxT(t)
+	c := fence.New(fencemem.New())
+	for name, opt := range map[string]fence.Option{
+		"owner with newline":  fence.WithOwner("a\nb"),
+		"long owner":          fence.WithOwner(strings.Repeat("o", 65)),
+		"zero renew interval": fence.WithRenewInterval(0),
+		"negative margin":     fence.WithDriftMargin(-time.Second),
+		"negative hold":       fence.HoldAtLeast(-time.Second),
+	} {
+		if _, err := c.TryAcquire(ctx, "k", opt); !errors.Is(err, fence.ErrInvalidOption) {
+			t.Errorf("%s: %v; want ErrInvalidOption", name, err)
+		}
+	}
+	if _, err := c.TryAcquire(ctx, "k", fence.WithTTL(time.Second), fence.WithDriftMargin(time.Second)); !errors.Is(err, fence.ErrInvalidTTL) {
+		t.Errorf("margin as long as the TTL: %v; want ErrInvalidTTL", err)
+	}
+	if _, err := c.Inspect(ctx, "k"); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("after bad options the key is not free: %v", err)
+	}
+}
+
+func TestCloseReleasesLeases(t *testing.T) {
+	ctx := ctxT(t)
+	store := fencemem.New()
+	c := fence.New(store)
+	var leases []*fence.Lease
+	for _, k := range []string{"a", "b", "c"} {
+		l, err := c.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	leases[0].Release(ctx)
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases {
+		if !errors.Is(l.Err(), fence.ErrReleased) {
+			t.Errorf("lease %q after Close: %v; want ErrReleased", l.Key(), l.Err())
+		}
+	}
+	if hs, _ := store.List(ctx, ""); len(hs) != 0 {
+		t.Errorf("store still holds %v after Close", hs)
+	}
+	if _, err := c.TryAcquire(ctx, "d"); !errors.Is(err, fence.ErrClosed) {
+		t.Errorf("TryAcquire after Close: %v; want ErrClosed", err)
+	}
+}
+
+func TestLeaseContextCarriesValuesNotCancellation(t *testing.T) {
+	type keyT struct{}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), keyT{}, "v"))
+	c := fence.New(fencemem.New())
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if l.Context().Value(keyT{}) != "v" {
+		t.Errorf("lease context lost the acquire context's values")
+	}
+	if l.Context().Err() != nil || l.Err() != nil {
+		t.Errorf("cancelling the acquire context ended the lease: %v", l.Err())
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancelledWaitLeavesNoWatch(t *testing.T) {
+	store := fencemem.New()
+	c := fence.New(store)
+	ctx := ctxT(t)
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(wctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire with an expiring context: %v; want DeadlineExceeded", err)
+	}
+	l.Release(ctx)
+	// goleak in TestMain checks that no watch goroutine is left.
+}

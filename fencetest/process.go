@@ -1,0 +1,257 @@
+package fencetest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencing/fence"
+)
+
+// Contender processes re-execute the test binary. Run recognises them by
+// envWorker and calls runWorker instead of the suite. A worker exits when
+// its standard input closes, so it never outlives the test.
+
+const (
+	roleContend = "contend"
+	roleHold    = "hold"
+)
+
+// startWorker starts a contender process in role on key, sharing dir.
+func (s *suite) startWorker(t *testing.T, role, key, dir string, count int) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+runPattern(s.name), "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(),
+		envWorker+"="+s.name,
+		envConnect+"="+s.store.Connect,
+		envRole+"="+role,
+		envKey+"="+key,
+		envDir+"="+dir,
+		envCount+"="+strconv.Itoa(count),
+		envTTL+"="+s.cfg.TTL.String(),
+	)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting contender process: %v", err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd, out
+}
+
+func (s *suite) mutualExclusionProcesses(t *testing.T) {
+	if s.cfg.SingleProcess {
+		t.Skip("the store lives in one process (Config.SingleProcess)")
+	}
+	key := s.key(t, "k")
+	dir := t.TempDir()
+	const procs, rounds = 3, 8
+	var cmds []*exec.Cmd
+	var outs []*strings.Builder
+	for range procs {
+		cmd, out := s.startWorker(t, roleContend, key, dir, rounds)
+		cmds, outs = append(cmds, cmd), append(outs, out)
+	}
+	done := make(chan error, procs)
+	for _, cmd := range cmds {
+		go func() { done <- cmd.Wait() }()
+	}
+	timeout := time.After(10 * s.slack())
+	for i := range procs {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("contender process failed: %v", err)
+			}
+		case <-timeout:
+			t.Fatalf("contender processes did not finish within %v (%d of %d done)", 10*s.slack(), i, procs)
+		}
+	}
+	if t.Failed() {
+		for i, out := range outs {
+			t.Logf("contender %d output:\n%s", i, out)
+		}
+	}
+	if v := readLines(t, filepath.Join(dir, "violations")); len(v) > 0 {
+		t.Errorf("mutual exclusion across processes violated %d times: %q", len(v), v)
+	}
+	if e := readLines(t, filepath.Join(dir, "errors")); len(e) > 0 {
+		t.Errorf("contender processes reported: %q", e)
+	}
+	var tokens []int64
+	for _, line := range readLines(t, filepath.Join(dir, "tokens")) {
+		n, err := strconv.ParseInt(line, 10, 64)
+		if err != nil {
+			t.Fatalf("bad token line %q", line)
+		}
+		tokens = append(tokens, n)
+	}
+	checkIncreasing(t, tokens, procs*rounds)
+}
+
+func (s *suite) holderDies(t *testing.T) {
+	if s.cfg.SingleProcess {
+		t.Skip("the store lives in one process (Config.SingleProcess)")
+	}
+	ctx := s.ctx(t)
+	b := s.client(t)
+	key := s.key(t, "k")
+	dir := t.TempDir()
+	cmd, out := s.startWorker(t, roleHold, key, dir, 1)
+	heldFile := filepath.Join(dir, "held")
+	var token int64
+	deadline := time.Now().Add(5 * s.slack())
+	for token == 0 {
+		if lines := readLines(t, heldFile); len(lines) > 0 {
+			token, _ = strconv.ParseInt(lines[0], 10, 64)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holder process did not acquire within %v; output:\n%s", 5*s.slack(), out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	expectHeld(t, ctx, b, key, "key held by another process")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	_ = cmd.Wait()
+
+	limit := s.cfg.TTL + s.slack()
+	l, err := b.Acquire(ctx, key, fence.WithWait(limit))
+	if err != nil {
+		t.Fatalf("Acquire after the holder process was killed: %v (waited %v)", err, time.Since(killed))
+	}
+	took := time.Since(killed)
+	t.Logf("key free %v after its holder was killed", took)
+	if s.cfg.SessionBound && took > s.slack() {
+		t.Errorf("session-bound key took %v to free after its holder died; want promptly", took)
+	}
+	if l.Token() <= token {
+		t.Errorf("token %d after the holder died is not greater than the dead holder's %d", l.Token(), token)
+	}
+	mustRelease(t, ctx, l)
+}
+
+// runWorker is the body of a contender process.
+func runWorker(t *testing.T, cfg Config) {
+	go func() {
+		// Exit when the parent goes away.
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(3)
+	}()
+	dir, key := os.Getenv(envDir), os.Getenv(envKey)
+	count, _ := strconv.Atoi(os.Getenv(envCount))
+	ttl, err := time.ParseDuration(os.Getenv(envTTL))
+	if err != nil {
+		t.Fatalf("worker: bad %s: %v", envTTL, err)
+	}
+	drv, closeDrv, err := cfg.Open(os.Getenv(envConnect))
+	if err != nil {
+		t.Fatalf("worker: Open: %v", err)
+	}
+	c := fence.New(drv, fence.WithTTL(ttl))
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+		if closeDrv != nil {
+			_ = closeDrv()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	report := func(name, format string, args ...any) {
+		appendLine(t, filepath.Join(dir, name), fmt.Sprintf(format, args...))
+	}
+
+	switch role := os.Getenv(envRole); role {
+	case roleContend:
+		marker := filepath.Join(dir, "inside")
+		for range count {
+			l, err := c.Acquire(ctx, key)
+			if err != nil {
+				report("errors", "pid %d: Acquire: %v", os.Getpid(), err)
+				return
+			}
+			f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if errors.Is(err, os.ErrExist) {
+				report("violations", "pid %d token %d entered while another process was inside", os.Getpid(), l.Token())
+			} else if err != nil {
+				t.Fatal(err)
+			} else {
+				f.Close()
+			}
+			report("tokens", "%d", l.Token())
+			time.Sleep(time.Millisecond)
+			if err == nil {
+				os.Remove(marker)
+			}
+			if err := l.Err(); err != nil {
+				report("errors", "pid %d: lease lost inside the critical section: %v", os.Getpid(), err)
+			}
+			if err := l.Release(ctx); err != nil {
+				report("errors", "pid %d: Release: %v", os.Getpid(), err)
+			}
+		}
+	case roleHold:
+		l, err := c.Acquire(ctx, key)
+		if err != nil {
+			t.Fatalf("worker: Acquire: %v", err)
+		}
+		report("held", "%d", l.Token())
+		<-ctx.Done() // until killed
+	default:
+		t.Fatalf("worker: unknown role %q", role)
+	}
+}
+
+// appendLine appends one line to the file at path; each line is one write,
+// so lines from several processes do not interleave.
+func appendLine(t *testing.T, path, line string) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}

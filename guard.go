@@ -1,0 +1,124 @@
+package fence
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Guard is the resource side of fencing: it admits a write carrying a
+// fencing token only if the token is not lower than the highest token it
+// has already admitted for the resource, and records the token, in one
+// atomic step. The default rule is token >= highest (one holder may write
+// many times with its token); strict guards require token > highest.
+//
+// Guards for particular resources do the check atomically with the write
+// itself (fencesql and fencepg inside the caller's transaction, fenceredis
+// in one script, fencehttp in front of a handler); MemoryGuard is the
+// in-process one.
+type Guard interface {
+	// Admit records token for resource and returns nil, or returns a
+	// *StaleError (matching ErrStale) and records nothing if token is lower
+	// than the highest admitted (or not higher, for a strict guard). A token
+	// <= 0 is refused with ErrInvalidToken.
+	Admit(ctx context.Context, resource string, token int64) error
+}
+
+// StaleError reports a write refused because its token is stale. It
+// matches ErrStale.
+type StaleError struct {
+	Resource string
+	Token    int64
+	// Highest is the highest token already admitted, where the guard tells.
+	Highest int64
+	// Strict is set when the guard requires tokens above Highest.
+	Strict bool
+}
+
+func (e *StaleError) Error() string {
+	rel := "lower than"
+	if e.Strict {
+		rel = "not above"
+	}
+	if e.Highest > 0 {
+		return fmt.Sprintf("fence: stale fencing token for %q: %d is %s the highest admitted, %d", e.Resource, e.Token, rel, e.Highest)
+	}
+	return fmt.Sprintf("fence: stale fencing token for %q: %d", e.Resource, e.Token)
+}
+
+// Is reports whether target is ErrStale.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// CheckToken returns an error matching ErrInvalidToken unless token can be
+// a lease's token (> 0). Guards call it before touching their store.
+func CheckToken(resource string, token int64) error {
+	if token <= 0 {
+		return fmt.Errorf("%w: %d for %q: tokens are > 0", ErrInvalidToken, token, resource)
+	}
+	return nil
+}
+
+// Admissible reports whether a guard admits token when highest is the
+// highest token it has admitted so far (0 for none).
+func Admissible(token, highest int64, strict bool) bool {
+	if strict {
+		return token > highest
+	}
+	return token >= highest
+}
+
+// MemoryGuard is a Guard that keeps the highest token per resource in
+// memory: for resources that live in this process. The zero value is ready
+// to use, with the default (>=) rule.
+type MemoryGuard struct {
+	// Strict makes the guard admit only tokens above the highest admitted.
+	Strict bool
+
+	mu      sync.Mutex
+	highest map[string]int64
+}
+
+// Admit implements Guard.
+func (g *MemoryGuard) Admit(ctx context.Context, resource string, token int64) error {
+	if err := CheckToken(resource, token); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.highest[resource]
+	if !Admissible(token, h, g.Strict) {
+		return &StaleError{Resource: resource, Token: token, Highest: h, Strict: g.Strict}
+	}
+	if g.highest == nil {
+		g.highest = make(map[string]int64)
+	}
+	g.highest[resource] = token
+	return nil
+}
+
+// Highest returns the highest token admitted for resource, 0 if none.
+func (g *MemoryGuard) Highest(resource string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.highest[resource]
+}
+
+// Do runs write only if the guard admits token for resource, holding the
+// guard for that resource while write runs, so that no lower token is
+// admitted in between; a failed write still records the token.
+func (g *MemoryGuard) Do(ctx context.Context, resource string, token int64, write func() error) error {
+	if err := CheckToken(resource, token); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.highest[resource]
+	if !Admissible(token, h, g.Strict) {
+		return &StaleError{Resource: resource, Token: token, Highest: h, Strict: g.Strict}
+	}
+	if g.highest == nil {
+		g.highest = make(map[string]int64)
+	}
+	g.highest[resource] = token
+	return write()
+}
