@@ -195,6 +195,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitReady waits until a command has written "ready" to file: its
+// signal traps are set.
+func waitReady(t *testing.T, file string) {
+	t.Helper()
+	eventually(t, "command ready", func() bool {
+		data, _ := os.ReadFile(file)
+		return string(data) == "ready\n"
+	})
+}
+
 func tokenOf(t *testing.T, r result) int64 {
 	t.Helper()
 	tok, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
@@ -326,7 +336,8 @@ func TestLostLeaseStopsCommand(t *testing.T) {
 	e := newEnv(t)
 	out := filepath.Join(t.TempDir(), "out")
 	h, _ := e.start("run", "--json", "--ttl", "300ms", "--key", "k", "--", "sh", "-c",
-		`trap 'echo got-term > `+out+`; exit 0' TERM; while :; do sleep 0.05; done`)
+		`trap 'echo got-term > `+out+`; exit 0' TERM; echo ready > `+out+`; while :; do sleep 0.05; done`)
+	waitReady(t, out)
 	s, err := fencefile.New(e.store)
 	if err != nil {
 		t.Fatal(err)
@@ -349,8 +360,10 @@ func TestLostLeaseStopsCommand(t *testing.T) {
 // A command that ignores SIGTERM is killed after the grace period.
 func TestLostLeaseGraceThenKill(t *testing.T) {
 	e := newEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
 	h, started := e.start("run", "--json", "--ttl", "300ms", "--grace", "500ms", "--key", "k", "--",
-		"sh", "-c", `trap '' TERM; sleep 60`)
+		"sh", "-c", `trap '' TERM; echo ready > `+out+`; sleep 60`)
+	waitReady(t, out)
 	s, _ := fencefile.New(e.store)
 	if err := s.Break("k"); err != nil {
 		t.Fatal(err)
@@ -369,7 +382,8 @@ func TestSignalForwarded(t *testing.T) {
 	e := newEnv(t)
 	out := filepath.Join(t.TempDir(), "out")
 	h, _ := e.start("run", "--json", "--key", "k", "--", "sh", "-c",
-		`trap 'echo got-term > `+out+`; exit 7' TERM; while :; do sleep 0.05; done`)
+		`trap 'echo got-term > `+out+`; exit 7' TERM; echo ready > `+out+`; while :; do sleep 0.05; done`)
+	waitReady(t, out)
 	h.cmd.Process.Signal(syscall.SIGTERM)
 	if code := h.wait(t); code != 7 {
 		t.Errorf("fence exited %d, want the command's 7; it said:\n%s", code, h.stderr)

@@ -3,11 +3,13 @@ package storeurl_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -100,19 +102,24 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+var testRuns atomic.Int32
+
 func TestRegister(t *testing.T) {
 	var got *url.URL
-	storeurl.Register("testscheme", func(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
+	// A new scheme per run: the registry lives as long as the process,
+	// across -count=N.
+	scheme := fmt.Sprintf("testscheme%d", testRuns.Add(1))
+	storeurl.Register(scheme, func(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
 		got = u
 		return fencemem.New(), io.NopCloser(nil), nil
 	})
-	if _, _, err := storeurl.Open(context.Background(), "TestScheme://h:1/p?q=1"); err != nil {
+	if _, _, err := storeurl.Open(context.Background(), strings.ToUpper(scheme)+"://h:1/p?q=1"); err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || got.Host != "h:1" || got.Path != "/p" || got.Query().Get("q") != "1" {
 		t.Errorf("driver got %v", got)
 	}
-	if !strings.Contains(strings.Join(storeurl.Forms(), " "), "testscheme://...") {
+	if !strings.Contains(strings.Join(storeurl.Forms(), " "), scheme+"://...") {
 		t.Errorf("Forms() = %v lacks the default form", storeurl.Forms())
 	}
 	defer func() {
@@ -120,7 +127,7 @@ func TestRegister(t *testing.T) {
 			t.Error("registering a scheme twice did not panic")
 		}
 	}()
-	storeurl.Register("testscheme", nil)
+	storeurl.Register(scheme, nil)
 }
 
 func TestRedact(t *testing.T) {
