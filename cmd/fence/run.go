@@ -101,12 +101,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
+	ev := &events{w: stderr, json: f.json, key: f.key}
 	client, closeStore, storeName, err := openStore(ctx, f.store)
 	if err != nil {
-		return exitFor(stderr, err)
+		return ev.fail(err)
 	}
 	defer closeStore()
-	ev := &events{w: stderr, json: f.json, key: f.key}
 	opts := []fence.Option{fence.WithTTL(f.ttl)}
 
 	l, err := client.TryAcquire(ctx, f.key, opts...)
@@ -125,10 +125,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 			reportHeld(ctx, client, held, f, ev)
 			return exitHeld
 		}
-		if f.json {
-			ev.emit(event{Event: "error", Error: err.Error(), Message: err.Error()}, false)
-		}
-		return exitFor(stderr, err)
+		return ev.fail(err)
 	}
 	ev.emit(event{Event: "acquired", Store: storeName, Token: l.Token(), Owner: l.Owner(),
 		Message: fmt.Sprintf("acquired %q with token %d", f.key, l.Token())}, false)
@@ -198,6 +195,16 @@ func waitFor(ctx context.Context, client *fence.Client, f runFlags, opts []fence
 			waitMsg(true)
 		}
 	}
+}
+
+// fail reports an error that ends "fence run" before CMD runs, and
+// returns the exit status for it.
+func (e *events) fail(err error) int {
+	if !e.json {
+		return exitFor(e.w, err)
+	}
+	e.emit(event{Event: "error", Error: err.Error(), Message: trimFence(err.Error())}, false)
+	return exitFor(io.Discard, err)
 }
 
 func reportHeld(ctx context.Context, client *fence.Client, held *fence.HeldError, f runFlags, ev *events) {
