@@ -16,8 +16,10 @@
 // validity and renewal still apply; a renewal checks that the lock file
 // still names this owner and is still the very file the holder locked, so
 // a lock file that was deleted or replaced behind the holder's back is
-// reported as lost at the next renewal. Waiting for a held key is done by
-// the Client's polling with backoff; there is no queue and no fairness.
+// reported as lost at the next renewal. On Linux, waiters are woken
+// through inotify when a lock file is released, its holder dies or it is
+// replaced; elsewhere the Client polls with backoff. There is no queue and
+// no fairness.
 //
 // The store works only between processes of one host, on a local file
 // system: not over NFS or other network file systems, whose locks are
@@ -109,6 +111,14 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		return nil, err
 	}
 	path := s.Path(req.Key)
+	if testsLocks {
+		// Where a lock can be tested without being taken, a held key is
+		// refused without opening its file for writing: closing such a file
+		// would wake every waiter watching it (see Watch).
+		if h, held := s.peek(path, req.Key); held {
+			return nil, &fence.HeldError{Key: req.Key, Holder: h}
+		}
+	}
 	// The loop retries only if the lock file was replaced or deleted
 	// between our open and our lock (by Break, or by hand).
 	for attempt := 0; ; attempt++ {
@@ -186,6 +196,20 @@ func (s *Store) grant(f *os.File, req fence.Request) (*claim, error) {
 		return nil, fmt.Errorf("write lock file %s: %w", f.Name(), err)
 	}
 	return &claim{f: f, path: f.Name(), key: req.Key, owner: req.Owner, token: rec.Token}, nil
+}
+
+// peek reports whether the lock file at path is locked, and by whom,
+// opening it only for reading.
+func (s *Store) peek(path, key string) (*fence.Holder, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	if locked, err := isLocked(f); err != nil || !locked {
+		return nil, false
+	}
+	return heldBy(f, key), true
 }
 
 // openLockFile opens path for reading and writing, creating it if needed.

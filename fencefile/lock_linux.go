@@ -14,6 +14,9 @@ import (
 // Unlike flock they can be tested without being taken (F_OFD_GETLK), so
 // Inspect and List never get in the way of an acquisition.
 
+// testsLocks: isLocked tests a lock without taking it.
+const testsLocks = true
+
 func ofd(f *os.File, cmd int, typ int16) (unix.Flock_t, error) {
 	lk := unix.Flock_t{Type: typ, Whence: io.SeekStart}
 	rc, err := f.SyscallConn()
