@@ -341,6 +341,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 			continue
 		}
 		h, held, err := inspectFile(filepath.Join(s.dir, e.Name()), "")
+		if errors.Is(err, errCorruptRecord) {
+			continue // not a record of ours; TryAcquire of its key says more
+		}
 		if err != nil {
 			return nil, fmt.Errorf("fencefile: list: %w", err)
 		}
