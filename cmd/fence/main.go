@@ -68,6 +68,7 @@ Exit status:
   75            run: the key is held (--no-wait, or --wait ran out)
   76            run: the lease was lost; CMD was sent SIGTERM, then SIGKILL
   126, 127      run: CMD could not be executed, or was not found
+  128+N         run: fence got signal N while waiting for the key
 
 With --json, "run" writes its own messages as JSON lines on stderr, and
 "status" and "list" write JSON on stdout. See docs/cli.md.
