@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,7 +275,7 @@ func (p *Process) launchLocked() error {
 		Pdeathsig:  syscall.SIGKILL, // no orphans if the test binary dies
 		Credential: p.cred,
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startOnSpawner(cmd); err != nil {
 		return err
 	}
 	r := &run{cmd: cmd, exited: make(chan struct{})}
@@ -284,6 +285,27 @@ func (p *Process) launchLocked() error {
 		close(r.exited)
 	}()
 	return nil
+}
+
+// Pdeathsig is delivered when the thread that forked the child exits, not
+// the process (golang/go#27505); Go may end a thread whose goroutine exits
+// while locked to it. So every server is forked from one goroutine locked to
+// its thread for the life of the test binary.
+var spawner = sync.OnceValue(func() chan<- func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
+
+func startOnSpawner(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawner() <- func() { done <- cmd.Start() }
+	return <-done
 }
 
 var errAddrInUse = errors.New("port already in use")
@@ -355,6 +377,30 @@ func startRetrying(tb testing.TB, what string, attempt func() error) {
 	if err != nil {
 		tb.Fatalf("testserver: %s did not start: %v", what, err)
 	}
+}
+
+// runLogged runs a setup program to completion with its output in logPath,
+// and returns an error with the output's tail if it fails.
+func runLogged(logPath, dir string, cred *syscall.Credential, bin string, args ...string) error {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	err = startOnSpawner(cmd) // see spawner: keeps Pdeathsig reliable
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %v\nlast lines of %s:\n%s", bin, quoteArgs(args), err, logPath, logTail(logPath, 40))
+	}
+	return nil
 }
 
 // Ports.
