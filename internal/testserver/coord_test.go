@@ -67,6 +67,7 @@ func TestEtcd(t *testing.T) {
 	t.Parallel()
 	e := timed(t, "etcd", func() *EtcdServer { return Etcd(t) })
 	checkProcess(t, e.Process)
+	t.Logf("etcd --unsafe-no-fsync supported: %v", etcdHasFlag(Require(t, "etcd"), "--unsafe-no-fsync"))
 	if got := e.Endpoints(); len(got) != 1 || got[0] != "http://"+e.Addr() {
 		t.Fatalf("Endpoints() = %v", got)
 	}

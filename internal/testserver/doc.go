@@ -52,7 +52,9 @@
 // to install (see Require and Unavailable); with FENCE_TEST_STRICT=1, as in
 // CI, it fails instead, so an untested backend cannot pass unseen. Only
 // absence skips: a program that exists but fails to start is always a test
-// failure. scripts/test installs everything these servers need.
+// failure. scripts/test installs everything these servers need. To use
+// other builds, set FENCE_NATS_SERVER, FENCE_AZURITE (an azurite-blob) or
+// FENCE_ZOOKEEPER_JAR.
 //
 // # Ports and users
 //

@@ -266,6 +266,14 @@ func TestPostgres(t *testing.T) {
 	t.Parallel()
 	pg := timed(t, "postgres (initdb + start + create database)", func() *PostgresServer { return Postgres(t) })
 	checkProcess(t, pg.Process)
+	if os.Geteuid() == 0 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pg.Pid()))
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" && f[1] == "0" {
+				t.Fatal("postgres runs as root")
+			}
+		}
+	}
 	if want := "postgres://postgres@" + pg.Addr() + "/test?sslmode=disable"; pg.DSN() != want {
 		t.Errorf("DSN() = %q, want %q", pg.DSN(), want)
 	}
@@ -286,9 +294,14 @@ func TestPostgres(t *testing.T) {
 		t.Fatal("postgres answered while stopped")
 	}
 	cancel()
-	pg.Cont()
 
+	// Killed while stopped, backends and all: the restart must find no
+	// leftover process holding the data directory's shared memory.
+	tree := processTree(pg.Pid())
 	pg.Kill()
+	if alive := stillAlive(tree); len(alive) > 0 {
+		t.Fatalf("processes %v of the killed server still run", alive)
+	}
 	timed(t, "postgres restart", func() any { pg.Restart(); return nil })
 	rows, err := pgQuery(ctx, pg.Addr(), "test", "SELECT v FROM kv WHERE k = 'k'")
 	if err != nil || len(rows) != 1 || rows[0][0] != "v1" {
