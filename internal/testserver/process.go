@@ -414,6 +414,9 @@ func runLogged(logPath, dir string, cred *syscall.Credential, bin string, args .
 var (
 	portMu   sync.Mutex
 	usedPort = map[int]bool{}
+	// forcePortForTest, if set, is the next port handed out: tests use it
+	// to make a start collide.
+	forcePortForTest int
 )
 
 const (
@@ -426,6 +429,10 @@ const (
 func freePort(offset int) (int, error) {
 	portMu.Lock()
 	defer portMu.Unlock()
+	if p := forcePortForTest; p != 0 {
+		forcePortForTest = 0
+		return p, nil
+	}
 	high := portHigh
 	if lo := ephemeralLow(); lo > portLow+1000 && lo < high {
 		high = lo

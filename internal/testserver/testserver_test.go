@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,6 +159,51 @@ func TestStartFailureFailsWithLog(t *testing.T) {
 		if !strings.Contains(r.fatal, want) {
 			t.Errorf("failure message lacks %q:\n%s", want, r.fatal)
 		}
+	}
+}
+
+// A port taken between choosing and binding it (by another test binary, say)
+// makes the start retry on another port; it is neither a failure nor a
+// server that is not ours.
+func TestPortCollisionRetries(t *testing.T) {
+	first := Redis(t)
+	portMu.Lock()
+	forcePortForTest = first.Port()
+	portMu.Unlock()
+	second := Redis(t)
+	if second.Port() == first.Port() {
+		t.Fatalf("second server reported the taken port %d", first.Port())
+	}
+	checkProcess(t, second.Process)
+	ctx := testContext(t)
+	if _, err := redisDo(ctx, first.Addr(), "SET", "who", "first"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := redisDo(ctx, second.Addr(), "GET", "who"); err != nil || v != nil {
+		t.Fatalf("second server: GET who = %v, %v; want nil", v, err)
+	}
+}
+
+func TestListenerOwnedBy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	mine, known := listenerOwnedBy(os.Getpid(), port)
+	if !known {
+		t.Skip("no /proc here")
+	}
+	if !mine {
+		t.Errorf("listenerOwnedBy(self, %d) = false for our own listener", port)
+	}
+	r := Redis(t)
+	if mine, _ := listenerOwnedBy(r.Pid(), port); mine {
+		t.Errorf("listenerOwnedBy(redis, %d) = true for the test's listener", port)
+	}
+	if mine, _ := listenerOwnedBy(r.Pid(), r.Port()); !mine {
+		t.Errorf("listenerOwnedBy(redis, its own port) = false")
 	}
 }
 
