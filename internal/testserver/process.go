@@ -54,7 +54,6 @@ type Process struct {
 	name    string // short name for messages, e.g. "redis-server"
 	path    string
 	args    []string
-	env     []string
 	dir     string
 	cred    *syscall.Credential
 	addr    string
@@ -80,8 +79,7 @@ type procSpec struct {
 	name string   // for messages and the log file name
 	path string   // program
 	args []string // arguments, without the program
-	env  []string // added to the test's environment
-	dir  string   // working directory ("" = the server's data directory is not known)
+	dir  string   // working directory: the server's own data directory
 	cred *syscall.Credential
 	port int                             // the port it listens on; Addr is 127.0.0.1:port
 	ping func(ctx context.Context) error // one protocol-level readiness check
@@ -97,7 +95,6 @@ func newProcess(tb testing.TB, s procSpec) *Process {
 		name:    s.name,
 		path:    s.path,
 		args:    s.args,
-		env:     s.env,
 		dir:     s.dir,
 		cred:    s.cred,
 		port:    s.port,
@@ -266,7 +263,6 @@ func (p *Process) launchLocked() error {
 
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Dir = p.dir
-	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdin = nil
 	cmd.Stdout = log
 	cmd.Stderr = log
