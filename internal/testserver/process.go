@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -329,9 +330,15 @@ func (p *Process) waitReady() error {
 		}
 		if last = p.pingOnce(ctx); last == nil {
 			// Something answered on our port; make sure it is our server and
-			// not another test's that took the port first.
+			// not another test's that took the port first (ours then exits
+			// or is about to, failing to bind).
 			if mine, known := listenerOwnedBy(r.cmd.Process.Pid, p.port); known && !mine {
 				return fmt.Errorf("%w: another process answers on %s", errAddrInUse, p.addr)
+			}
+			select {
+			case <-r.exited:
+				continue // reported at the top of the loop
+			default:
 			}
 			return nil
 		}
@@ -687,15 +694,18 @@ func listenerOwnedBy(leader, port int) (mine, known bool) {
 			}
 		}
 	}
-	tree := processTree(leader)
-	if !known || len(inodes) == 0 || len(tree) == 0 {
+	if !known || len(inodes) == 0 {
 		return false, false
 	}
-	for _, pr := range tree {
+	// An empty tree means the leader is gone: whoever listens is not ours.
+	for _, pr := range processTree(leader) {
 		dir := "/proc/" + strconv.Itoa(pr.pid) + "/fd/"
 		fds, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrPermission) {
+			return false, false // not allowed to look: claim no collision
+		}
 		if err != nil {
-			return false, false // cannot look: claim no collision
+			continue // exited meanwhile
 		}
 		for _, fd := range fds {
 			if link, err := os.Readlink(dir + fd.Name()); err == nil && inodes[link] {
