@@ -135,7 +135,11 @@ func (c *Client) acquire(ctx context.Context, key string, cfg config, wait bool)
 	}
 
 	waitStart := time.Now()
-	defer func() { waited = time.Since(waitStart) }()
+	waitDone := c.obs.waitStarted(spanCtx, key, held)
+	defer func() {
+		waited = time.Since(waitStart)
+		waitDone(waited)
+	}()
 	waitCtx := spanCtx
 	if cfg.wait > 0 {
 		var cancel context.CancelFunc

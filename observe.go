@@ -64,6 +64,7 @@ type observer struct {
 
 	acquireDuration metric.Float64Histogram
 	waitDuration    metric.Float64Histogram
+	waiting         metric.Int64UpDownCounter
 	held            metric.Int64UpDownCounter
 	renewals        metric.Int64Counter
 	renewDuration   metric.Float64Histogram
@@ -107,6 +108,8 @@ func newObserver(drv Driver, cfg config) *observer {
 	o.waitDuration, _ = m.Float64Histogram("fence.acquire.wait", metric.WithUnit("s"),
 		metric.WithDescription("Time an Acquire spent waiting for a held key, by outcome."),
 		metric.WithExplicitBucketBoundaries(secondsBuckets...))
+	o.waiting, _ = m.Int64UpDownCounter("fence.acquire.waiting", metric.WithUnit("{waiter}"),
+		metric.WithDescription("Acquire calls waiting for a held key now."))
 	o.held, _ = m.Int64UpDownCounter("fence.leases.held", metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases held now."))
 	o.renewals, _ = m.Int64Counter("fence.renewals", metric.WithUnit("{renewal}"),
@@ -171,6 +174,22 @@ func outcomeOf(err error) string {
 func (o *observer) startAcquire(ctx context.Context, key string, wait bool) (context.Context, trace.Span) {
 	return o.tracer.Start(ctx, "fence.acquire", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(o.store, attribute.String("fence.key", key), attribute.Bool("fence.wait", wait)))
+}
+
+// waitStarted records that an Acquire found key held and waits, until the
+// returned function is called. held is what the first attempt found.
+func (o *observer) waitStarted(ctx context.Context, key string, held *HeldError) (done func(waited time.Duration)) {
+	o.waiting.Add(ctx, 1, o.attrs(key))
+	span := trace.SpanFromContext(ctx)
+	var attrs []attribute.KeyValue
+	if held != nil && held.Holder != nil && held.Holder.Token > 0 {
+		attrs = append(attrs, attribute.Int64("fence.holder.token", held.Holder.Token))
+	}
+	span.AddEvent("fence.wait", trace.WithAttributes(attrs...))
+	return func(waited time.Duration) {
+		o.waiting.Add(ctx, -1, o.attrs(key))
+		span.SetAttributes(attribute.Float64("fence.wait.duration", waited.Seconds()))
+	}
 }
 
 // endAcquire records an acquisition's outcome. waited is the time spent
@@ -295,5 +314,13 @@ func (g *GuardMetrics) Record(ctx context.Context, err error) {
 		g.admitted.Add(ctx, 1, metric.WithAttributes(g.guard))
 	case errors.Is(err, ErrStale):
 		g.refused.Add(ctx, 1, metric.WithAttributes(g.guard))
+		// The refused write's own span, if the caller traces it, says why.
+		attrs := []attribute.KeyValue{g.guard}
+		var stale *StaleError
+		if errors.As(err, &stale) {
+			attrs = append(attrs, attribute.String("fence.resource", stale.Resource),
+				attribute.Int64("fence.token", stale.Token), attribute.Int64("fence.guard.highest", stale.Highest))
+		}
+		trace.SpanFromContext(ctx).AddEvent("fence.guard.refused", trace.WithAttributes(attrs...))
 	}
 }

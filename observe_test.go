@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -179,6 +180,97 @@ func TestMetricsWaitAndHeld(t *testing.T) {
 	tel.span(t, "fence.acquire", "held")
 }
 
+// A waiter shows in fence.acquire.waiting while it waits, and its acquire
+// span says that it waited, on whom, and for how long.
+func TestMetricsAndSpansOfAWait(t *testing.T) {
+	ctx := ctxT(t)
+	tel := newTelemetry(t)
+	store := fencemem.New()
+	holder := fence.New(store)
+	c := fence.New(store, tel.options()...)
+	l, err := holder.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *fence.Lease, 1)
+	go func() {
+		l2, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	eventually(t, func() bool { return tel.sum(t, "fence.acquire.waiting", storeMem) == 1 })
+	if n := tel.sum(t, "fence.acquire.duration"); n != 0 {
+		t.Errorf("acquisitions recorded while still waiting = %d; want 0", n)
+	}
+	l.Release(ctx)
+	l2 := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	defer l2.Release(ctx)
+	if n := tel.sum(t, "fence.acquire.waiting"); n != 0 {
+		t.Errorf("waiting after the wait = %d; want 0", n)
+	}
+	if n := tel.sum(t, "fence.acquire.wait", storeMem, acquired); n != 1 {
+		t.Errorf("waits recorded = %d; want 1", n)
+	}
+	if n := tel.sum(t, "fence.leases.held"); n != 1 {
+		t.Errorf("leases held = %d; want 1", n)
+	}
+	s := tel.span(t, "fence.acquire", "acquired")
+	if attrOf(s, "fence.token").AsInt64() != l2.Token() || !attrOf(s, "fence.wait").AsBool() {
+		t.Errorf("acquire span attributes %v", s.Attributes())
+	}
+	if d := attrOf(s, "fence.wait.duration").AsFloat64(); d <= 0 {
+		t.Errorf("acquire span fence.wait.duration = %v; want > 0", d)
+	}
+	var sawWait bool
+	for _, e := range s.Events() {
+		if e.Name == "fence.wait" {
+			sawWait = true
+			for _, kv := range e.Attributes {
+				if kv.Key == "fence.holder.token" && kv.Value.AsInt64() != l.Token() {
+					t.Errorf("wait event names holder token %d; want %d", kv.Value.AsInt64(), l.Token())
+				}
+			}
+		}
+	}
+	if !sawWait {
+		t.Errorf("acquire span has no fence.wait event: %v", s.Events())
+	}
+}
+
+// A wait that ends without the lease (its context cancelled) is counted
+// as cancelled and leaves no waiter behind.
+func TestMetricsOfACancelledWait(t *testing.T) {
+	ctx := ctxT(t)
+	tel := newTelemetry(t)
+	store := fencemem.New()
+	l, err := fence.New(store).TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	c := fence.New(store, tel.options()...)
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(wctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire = %v; want the context's deadline", err)
+	}
+	cancelled := attribute.String("outcome", "cancelled")
+	if n := tel.sum(t, "fence.acquire.wait", cancelled); n != 1 {
+		t.Errorf("cancelled waits = %d; want 1", n)
+	}
+	if n := tel.sum(t, "fence.acquire.waiting"); n != 0 {
+		t.Errorf("waiting after a cancelled wait = %d; want 0", n)
+	}
+	if s := tel.span(t, "fence.acquire", "cancelled"); s.Status().Code != codes.Error {
+		t.Errorf("cancelled acquire span status = %v; want Error", s.Status())
+	}
+}
+
 func TestMetricsAndLogOnForcedLoss(t *testing.T) {
 	ctx := ctxT(t)
 	tel := newTelemetry(t)
@@ -256,6 +348,45 @@ func TestGuardMetricsCountRefusals(t *testing.T) {
 		t.Errorf("admitted = %d; want 2", got)
 	}
 	if got := tel.sum(t, "fence.guard.refused", guard); got != 1 {
+		t.Errorf("refused = %d; want 1", got)
+	}
+}
+
+// A stale write refused under the caller's span leaves an event there
+// naming the token and the highest one admitted.
+func TestGuardRefusalIsASpanEvent(t *testing.T) {
+	tel := newTelemetry(t)
+	g := fence.MemoryGuard{Metrics: fence.NewGuardMetrics(tel.mp, "memory")}
+	ctx, span := tel.tp.Tracer("test").Start(context.Background(), "write")
+	if err := g.Admit(ctx, "r", 34); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Admit(ctx, "r", 33); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("Admit(33) after 34 = %v; want ErrStale", err)
+	}
+	span.End()
+	var found bool
+	for _, s := range tel.spans.Ended() {
+		for _, e := range s.Events() {
+			if e.Name != "fence.guard.refused" {
+				continue
+			}
+			found = true
+			got := map[string]int64{}
+			for _, kv := range e.Attributes {
+				if kv.Value.Type() == attribute.INT64 {
+					got[string(kv.Key)] = kv.Value.AsInt64()
+				}
+			}
+			if got["fence.token"] != 33 || got["fence.guard.highest"] != 34 {
+				t.Errorf("refusal event attributes %v", e.Attributes)
+			}
+		}
+	}
+	if !found {
+		t.Error("no fence.guard.refused event on the caller's span")
+	}
+	if got := tel.sum(t, "fence.guard.refused"); got != 1 {
 		t.Errorf("refused = %d; want 1", got)
 	}
 }
