@@ -298,12 +298,74 @@ func TestMetricsAndLogOnForcedLoss(t *testing.T) {
 	if !strings.Contains(logs.String(), "lease lost") || !strings.Contains(logs.String(), "reason=refused") {
 		t.Errorf("no loss log line with its cause; logs:\n%s", logs.String())
 	}
+	if got := tel.sum(t, "fence.lease.duration"); got != 1 {
+		t.Errorf("lease durations recorded = %d; want 1", got)
+	}
+	s := tel.span(t, "fence.renew", "refused")
+	if s.Status().Code != codes.Error || attrOf(s, "fence.token").AsInt64() != l.Token() {
+		t.Errorf("refused renew span: status %v, attributes %v", s.Status(), s.Attributes())
+	}
 	if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
 		t.Fatal(err)
 	}
 	if got := tel.sum(t, "fence.leases.held"); got != 0 {
 		t.Errorf("leases held after releasing a lost lease = %d; want 0", got)
 	}
+}
+
+// A store that stops answering: renewals fail, are retried, and the lease
+// is lost when its validity runs out (reason expired).
+func TestMetricsAndLogOnExpiredLoss(t *testing.T) {
+	ctx := ctxT(t)
+	tel := newTelemetry(t)
+	var logs syncBuffer
+	store := newHooked()
+	c := fence.New(store, append(tel.options(), fence.WithTTL(300*time.Millisecond),
+		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.setExtend(func(context.Context, func() error) error { return errors.New("connection refused") })
+	waitDone(t, l, 5*time.Second)
+	eventually(t, func() bool { return tel.sum(t, "fence.losses") == 1 })
+	if got := tel.sum(t, "fence.losses", attribute.String("reason", "expired")); got != 1 {
+		t.Errorf("losses (expired) = %d; want 1", got)
+	}
+	if got := tel.sum(t, "fence.renewals", attribute.String("outcome", "error")); got < 1 {
+		t.Errorf("failed renewals = %d; want at least 1", got)
+	}
+	if got := tel.sum(t, "fence.leases.held"); got != 0 {
+		t.Errorf("leases held after loss = %d; want 0", got)
+	}
+	tel.span(t, "fence.renew", "error")
+	for _, want := range []string{"renewal failed; retrying", "lease lost", "reason=expired"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no %q in the logs:\n%s", want, logs.String())
+		}
+	}
+	l.Release(ctx)
+}
+
+// A renewal that succeeds only just before the validity ends is logged.
+func TestWarnsWhenRenewalIsCloseToDeadline(t *testing.T) {
+	ctx := ctxT(t)
+	var logs syncBuffer
+	store := newHooked()
+	// Validity 300ms - 11ms margin; a renewal sent at 200ms that takes
+	// 70ms leaves about 20ms, under TTL/6.
+	c := fence.New(store, fence.WithTTL(300*time.Millisecond), fence.WithRenewInterval(200*time.Millisecond),
+		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	store.setExtend(func(ctx context.Context, next func() error) error {
+		time.Sleep(70 * time.Millisecond)
+		return next()
+	})
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	eventually(t, func() bool { return strings.Contains(logs.String(), "close to the end of the lease's validity") })
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger's goroutines.
