@@ -111,6 +111,14 @@ type Lister interface {
 	List(ctx context.Context, prefix string) ([]Holder, error)
 }
 
+// WaiterCounter is implemented by drivers whose store knows how many
+// contenders wait for a key (a server-side queue of waiters, watches it
+// counts). Most stores cannot tell; the CLI then shows "-".
+type WaiterCounter interface {
+	// Waiters returns how many contenders wait for key now.
+	Waiters(ctx context.Context, key string) (int, error)
+}
+
 // Holder describes who holds a key, as far as the store can tell.
 type Holder struct {
 	// Key is the lock's key.

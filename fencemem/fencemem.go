@@ -69,6 +69,8 @@ var (
 	_ fence.Watcher   = (*Store)(nil)
 	_ fence.Inspector = (*Store)(nil)
 	_ fence.Lister    = (*Store)(nil)
+
+	_ fence.WaiterCounter = (*Store)(nil)
 )
 
 func (s *Store) clock() time.Time { return s.now().Add(s.offset) }
@@ -151,6 +153,17 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, error) 
 		s.mu.Unlock()
 	})
 	return ch, nil
+}
+
+// Waiters implements fence.WaiterCounter: the watches open on key, one per
+// Acquire waiting for it.
+func (s *Store) Waiters(ctx context.Context, key string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watchers[key]), nil
 }
 
 // notify wakes key's watchers. Callers hold s.mu.

@@ -38,3 +38,43 @@ func TestConformance(t *testing.T) {
 		Open: func(string) (fence.Driver, func() error, error) { return store, nil, nil },
 	})
 }
+
+func TestWaitersCountsWaitingAcquires(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := fencemem.New()
+	c := fence.New(store)
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	for range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			c.Acquire(wctx, "k")
+		}()
+	}
+	waiters := func() int {
+		n, err := store.Waiters(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(10 * time.Second); waiters() != 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Waiters = %d with two Acquires waiting; want 2", waiters())
+		}
+	}
+	stop()
+	<-done
+	<-done
+	for deadline := time.Now().Add(10 * time.Second); waiters() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Waiters = %d after the waits ended; want 0", waiters())
+		}
+	}
+	l.Release(ctx)
+}
