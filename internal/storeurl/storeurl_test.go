@@ -166,3 +166,19 @@ func TestDefaultDir(t *testing.T) {
 		t.Errorf("DefaultDir with HOME = %q, %v", d, err)
 	}
 }
+
+func TestScrub(t *testing.T) {
+	for _, c := range []struct{ raw, text, want string }{
+		{"redis://u:hunter2@h:6379/0", "dial h:6379: auth hunter2 refused", "dial h:6379: auth xxxxx refused"},
+		{"postgres://u:p%40ss@h/db", "password p@ss and p%40ss", "password xxxxx and xxxxx"},
+		{"nats://h?token=s3cret&x=1", "token s3cret x=1", "token xxxxx x=1"},
+		{"azblob://acct/c?sig=a%2Bb&sv=2024", "sig=a+b sig=a%2Bb sv=2024", "sig=xxxxx sig=xxxxx sv=2024"},
+		{"redis://u:hunter2@h:bad port", "parse redis://u:hunter2@h:bad port", "parse redis://u:xxxxx@h:bad port"},
+		{"/var/lib/fence", "open /var/lib/fence: denied", "open /var/lib/fence: denied"},
+		{"redis://u@h", "user u", "user u"},
+	} {
+		if got := storeurl.Scrub(c.raw, c.text); got != c.want {
+			t.Errorf("Scrub(%q, %q) = %q; want %q", c.raw, c.text, got, c.want)
+		}
+	}
+}
