@@ -12,13 +12,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/storeurl"
@@ -114,55 +115,99 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // usageError is a bad command line: fence prints it and exits 2.
-type usageError struct{ msg string }
+type usageError struct {
+	msg string
+	err error // what it wraps, if anything
+}
 
 func (e *usageError) Error() string { return e.msg }
+func (e *usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error {
-	return &usageError{fmt.Sprintf(format, args...)}
+	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
 // newFlags returns a flag set for a subcommand, with --store and --json.
-func newFlags(name, synopsis string, stderr io.Writer) (*flag.FlagSet, *string, *bool) {
+// Parse it with parseFlags.
+func newFlags(name, synopsis string) (*flag.FlagSet, *string, *bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s\n", synopsis)
-		fs.PrintDefaults()
-	}
-	store := fs.String("store", "", "store URL (default $FENCE_STORE, else the per-user directory)")
-	jsonOut := fs.Bool("json", false, "machine-readable output")
+	// parseFlags prints: the flag package would print the whole usage
+	// after every mistake.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	store := fs.String("store", "", "store `URL` (default $FENCE_STORE, else the per-user directory)")
+	jsonOut := fs.Bool("json", false, "machine-readable output (see docs/cli.md)")
+	synopses[name] = synopsis
 	return fs, store, jsonOut
 }
 
-// openStore opens the store named by flag, else $FENCE_STORE, else the
-// per-user default directory.
-func openStore(ctx context.Context, flagValue string) (*fence.Client, func(), string, error) {
-	raw := flagValue
-	if raw == "" {
-		raw = os.Getenv("FENCE_STORE")
+// synopses are the one-line usages of the subcommands, by name.
+var synopses = map[string]string{}
+
+// parseFlags parses args into fs. With -h it prints the usage and returns
+// exitOK; after a mistake it says what was wrong, briefly, and returns
+// exitUsage. ok is true when the command should go on.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return exitOK, true
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(stderr, "usage: %s\n", synopses[fs.Name()])
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+		return exitOK, false
 	}
-	if raw == "" {
-		dir, err := storeurl.DefaultDir()
-		if err != nil {
-			return nil, nil, "", err
-		}
-		raw = dir
+	msg := err.Error()
+	if rest, found := strings.CutPrefix(msg, "flag provided but not defined: "); found {
+		msg = "unknown flag " + rest + " (flag provided but not defined)"
 	}
-	drv, closer, err := storeurl.Open(ctx, raw)
-	if err != nil {
-		if errors.Is(err, storeurl.ErrBadURL) {
-			return nil, nil, "", &usageError{err.Error()}
-		}
-		return nil, nil, "", err
-	}
-	return fence.New(drv), func() { closer.Close() }, storeurl.Redact(raw), nil
+	fmt.Fprintf(stderr, "fence %s: %s\n  usage: %s\n  \"fence %s -h\" lists the flags\n", fs.Name(), msg, synopses[fs.Name()], fs.Name())
+	return exitUsage, false
 }
 
-// exitFor prints err and returns its exit status: 2 for usage errors
-// (and invalid keys or TTLs), 1 otherwise.
+// durationFlag defines a duration flag whose errors say what a duration
+// looks like.
+func durationFlag(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
+}
+
+type durationValue time.Duration
+
+func (d *durationValue) String() string {
+	if d == nil {
+		return ""
+	}
+	return time.Duration(*d).String()
+}
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err == nil {
+		*d = durationValue(v)
+		return nil
+	}
+	if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+		return fmt.Errorf("a duration needs a unit: %ss, %sms, %sm? (durations look like 300ms, 10s, 1m30s, 2h)", s, s, s)
+	}
+	return errors.New("not a duration (durations look like 300ms, 10s, 1m30s, 2h)")
+}
+
+// exitFor prints err, with a hint of what to do where fence has one, and
+// returns its exit status.
 func exitFor(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "fence: %v\n", strings.TrimPrefix(err.Error(), "fence: "))
+	fmt.Fprintf(stderr, "fence: %s\n", errorText(err))
+	if h := hint(err); h != "" {
+		fmt.Fprintf(stderr, "  %s\n", strings.ReplaceAll(h, "\n", "\n  "))
+	}
+	return errorStatus(err)
+}
+
+// errorStatus is the exit status for an error that ends a command: 2 for
+// usage errors (and invalid keys or TTLs), 1 otherwise.
+func errorStatus(err error) int {
 	var ue *usageError
 	if errors.As(err, &ue) || errors.Is(err, fence.ErrInvalidKey) || errors.Is(err, fence.ErrInvalidTTL) ||
 		errors.Is(err, fence.ErrInvalidOption) {

@@ -27,6 +27,9 @@ type holderJSON struct {
 	HeldForMS   int64             `json:"held_for_ms"`
 	ExpiresInMS int64             `json:"expires_in_ms"`
 	Meta        map[string]string `json:"meta"`
+	// Waiters is how many contenders wait for the key; null where the
+	// store cannot tell (most stores), or in the events of "run".
+	Waiters *int `json:"waiters"`
 }
 
 func toJSON(h fence.Holder, now time.Time) holderJSON {
@@ -84,30 +87,36 @@ func roundDur(d time.Duration) string {
 }
 
 // events writes the messages of "fence run": JSON lines with --json,
-// "fence: ..." lines otherwise, on stderr.
+// "fence: ..." lines otherwise, on stderr. While fence waits on a
+// terminal, a live status line sits below them (see waitView).
 type events struct {
 	mu   sync.Mutex
 	w    io.Writer
 	json bool
 	key  string
+	live *statusLine // shown while waiting on a terminal, else nil
 }
 
 // event is one JSON line of "fence run". See docs/cli.md for the schema.
 type event struct {
-	Event    string      `json:"event"`
-	Time     string      `json:"time"`
-	Key      string      `json:"key"`
-	Store    string      `json:"store,omitempty"`
-	Token    int64       `json:"token,omitempty"`
-	Owner    string      `json:"owner,omitempty"`
-	Holder   *holderJSON `json:"holder,omitempty"`
-	PID      int         `json:"pid,omitempty"`
-	Signal   string      `json:"signal,omitempty"`
-	ExitCode *int        `json:"exit_code,omitempty"`
-	WaitedMS *int64      `json:"waited_ms,omitempty"`
-	Reason   string      `json:"reason,omitempty"`
-	Error    string      `json:"error,omitempty"`
-	Message  string      `json:"message"`
+	Event    string            `json:"event"`
+	Time     string            `json:"time"`
+	Key      string            `json:"key"`
+	Store    string            `json:"store,omitempty"`
+	Token    int64             `json:"token,omitempty"`
+	Owner    string            `json:"owner,omitempty"`
+	Holder   *holderJSON       `json:"holder,omitempty"`
+	PID      int               `json:"pid,omitempty"`
+	Signal   string            `json:"signal,omitempty"`
+	ExitCode *int              `json:"exit_code,omitempty"`
+	WaitedMS *int64            `json:"waited_ms,omitempty"`
+	Reason   string            `json:"reason,omitempty"`
+	Error    string            `json:"error,omitempty"`
+	Hint     string            `json:"hint,omitempty"`
+	Addr     string            `json:"addr,omitempty"`
+	Level    string            `json:"level,omitempty"`
+	Attrs    map[string]string `json:"attrs,omitempty"`
+	Message  string            `json:"message"`
 }
 
 // emit writes ev; in text mode only if text is set, as "fence: text".
@@ -116,7 +125,13 @@ func (e *events) emit(ev event, text bool) {
 	defer e.mu.Unlock()
 	if !e.json {
 		if text {
+			if e.live != nil {
+				e.live.clear() // redrawn by the next tick
+			}
 			fmt.Fprintf(e.w, "fence: %s\n", ev.Message)
+			if ev.Hint != "" {
+				fmt.Fprintf(e.w, "  %s\n", strings.ReplaceAll(ev.Hint, "\n", "\n  "))
+			}
 		}
 		return
 	}
@@ -124,6 +139,36 @@ func (e *events) emit(ev event, text bool) {
 	ev.Key = e.key
 	b, _ := json.Marshal(ev)
 	e.w.Write(append(b, '\n'))
+}
+
+// showLive draws s as the live status line, if there is one.
+func (e *events) showLive(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.live != nil {
+		e.live.show(s)
+	}
+}
+
+// endLive erases the live status line and stops drawing it.
+func (e *events) endLive() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.live != nil {
+		e.live.clear()
+		e.live = nil
+	}
+}
+
+// fail reports an error that ends a command, and returns the exit status
+// for it.
+func (e *events) fail(err error) int {
+	e.endLive()
+	if !e.json {
+		return exitFor(e.w, err)
+	}
+	e.emit(event{Event: "error", Error: err.Error(), Hint: hint(err), Message: errorText(err)}, false)
+	return errorStatus(err)
 }
 
 func intp(i int) *int       { return &i }

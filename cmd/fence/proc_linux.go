@@ -1,11 +1,6 @@
 package main
 
-import (
-	"os"
-	"syscall"
-
-	"golang.org/x/sys/unix"
-)
+import "syscall"
 
 // sysProcAttr makes CMD die with SIGKILL if fence itself dies, even by
 // SIGKILL (the kernel's parent-death signal), so that CMD never goes on
@@ -13,9 +8,4 @@ import (
 // group of its own.
 func sysProcAttr(ownGroup bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: ownGroup, Pdeathsig: syscall.SIGKILL}
-}
-
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }

@@ -2,10 +2,7 @@
 
 package main
 
-import (
-	"os"
-	"syscall"
-)
+import "syscall"
 
 // sysProcAttr puts CMD in a process group of its own. Outside Linux there
 // is no parent-death signal: if fence itself is killed with SIGKILL, CMD
@@ -13,5 +10,3 @@ import (
 func sysProcAttr(ownGroup bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: ownGroup}
 }
-
-func isTerminal(f *os.File) bool { return false }

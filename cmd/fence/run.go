@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,50 +50,59 @@ type runFlags struct {
 	ttl, wait, hold time.Duration
 	grace           time.Duration
 	noWait, json    bool
+	metricsAddr     string
 	argv            []string
 }
 
-func parseRun(args []string, stderr io.Writer) (runFlags, error) {
-	var f runFlags
-	fs, store, jsonOut := newFlags("run", "fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait] [--hold-at-least D] [--grace 10s] [--json] -- CMD ARGS...", stderr)
+const runSynopsis = "fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait] [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT] [--json] -- CMD ARGS..."
+
+// parseRun parses the command line of "fence run". ok is false when
+// fence should exit with code: after -h, or a mistake it has reported.
+func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
+	fs, store, jsonOut := newFlags("run", runSynopsis)
 	fs.StringVar(&f.key, "key", "", "the lock's key (required)")
-	fs.DurationVar(&f.ttl, "ttl", 60*time.Second, "lease TTL; fence renews the lease every TTL/3 while CMD runs")
-	fs.DurationVar(&f.wait, "wait", 0, "wait at most this long for a held key, then exit 75 (default: wait until it is free)")
+	durationFlag(fs, &f.ttl, "ttl", 60*time.Second, "lease TTL (a `duration`); fence renews the lease every TTL/3 while CMD runs")
+	durationFlag(fs, &f.wait, "wait", 0, "wait at most this `duration` for a held key, then exit 75 (default: wait until it is free)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "if the key is held, exit 75 at once instead of waiting")
-	fs.DurationVar(&f.hold, "hold-at-least", 0, "keep the key after CMD ends until this long after it was acquired")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "when the lease is lost, time between SIGTERM and SIGKILL to CMD")
-	if err := fs.Parse(args); err != nil {
-		return f, err
+	durationFlag(fs, &f.hold, "hold-at-least", 0, "keep the key after CMD ends until this `duration` after it was acquired")
+	durationFlag(fs, &f.grace, "grace", 10*time.Second, "when the lease is lost, `duration` between SIGTERM and SIGKILL to CMD")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics while fence runs")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return f, code, false
 	}
 	f.store, f.json, f.argv = *store, *jsonOut, fs.Args()
 	waitSet := false
 	fs.Visit(func(fl *flag.Flag) { waitSet = waitSet || fl.Name == "wait" })
+	var err error
 	switch {
 	case f.key == "":
-		return f, usagef("run: --key is required")
+		err = usagef("run: --key is required; usage: %s", runSynopsis)
 	case len(f.argv) == 0:
-		return f, usagef("run: no command given; usage: fence run --key K -- CMD ARGS...")
+		err = usagef("run: no command given; usage: fence run --key K -- CMD ARGS...")
 	case f.noWait && waitSet:
-		return f, usagef("run: --wait and --no-wait exclude each other")
+		err = usagef("run: --wait and --no-wait exclude each other: --wait D waits at most D, --no-wait not at all")
 	case f.ttl <= 0:
-		return f, usagef("run: --ttl %v must be positive", f.ttl)
+		err = usagef("run: --ttl %v must be positive, e.g. --ttl 30s", f.ttl)
 	case f.wait < 0, f.hold < 0, f.grace < 0:
-		return f, usagef("run: --wait, --hold-at-least and --grace must not be negative")
+		err = usagef("run: --wait, --hold-at-least and --grace must not be negative")
+	case f.metricsAddr != "":
+		if _, _, serr := net.SplitHostPort(f.metricsAddr); serr != nil {
+			err = usagef("run: --metrics-addr %q: want HOST:PORT, e.g. 127.0.0.1:9464 (port 0 picks a free one)", f.metricsAddr)
+		}
 	}
-	return f, fence.ValidateKey(f.key)
+	if err == nil {
+		err = fence.ValidateKey(f.key)
+	}
+	if err != nil {
+		return f, exitFor(stderr, err), false
+	}
+	return f, exitOK, true
 }
 
 func cmdRun(args []string, stderr io.Writer) int {
-	f, err := parseRun(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		var ue *usageError
-		if errors.As(err, &ue) || errors.Is(err, fence.ErrInvalidKey) {
-			return exitFor(stderr, err)
-		}
-		return exitUsage // the flag package has printed the problem
+	f, code, ok := parseRun(args, stderr)
+	if !ok {
+		return code
 	}
 
 	// From here on, signals are ours to handle: they end a wait, or go to
@@ -102,17 +113,32 @@ func cmdRun(args []string, stderr io.Writer) int {
 
 	ctx := context.Background()
 	ev := &events{w: stderr, json: f.json, key: f.key}
-	client, closeStore, storeName, err := openStore(ctx, f.store)
+	opts := []fence.Option{fence.WithLogger(slog.New(&logHandler{ev: ev}))}
+	if f.metricsAddr != "" {
+		m, err := serveMetrics(f.metricsAddr)
+		if err != nil {
+			return ev.fail(err)
+		}
+		defer m.Close()
+		opts = append(opts, fence.WithMeterProvider(m.provider))
+		// Announced on a terminal-less text run only if the port was
+		// picked for us: the user cannot know it otherwise.
+		ev.emit(event{Event: "metrics", Addr: m.url, Message: "serving metrics at " + m.url}, m.picked)
+	}
+	st, err := openStore(ctx, f.store, opts...)
 	if err != nil {
 		return ev.fail(err)
 	}
-	defer closeStore()
-	opts := []fence.Option{fence.WithTTL(f.ttl)}
+	defer st.Close()
+	leaseOpts := []fence.Option{fence.WithTTL(f.ttl)}
 
-	l, err := client.TryAcquire(ctx, f.key, opts...)
+	tctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	l, err := st.client.TryAcquire(tctx, f.key, leaseOpts...)
+	cancel()
+	err = st.wrap(err)
 	if errors.Is(err, fence.ErrHeld) && !f.noWait {
 		var sig os.Signal
-		l, err, sig = waitFor(ctx, client, f, opts, err, ev, sigs)
+		l, err, sig = waitFor(ctx, st, f, leaseOpts, err, ev, sigs)
 		if sig != nil {
 			ev.emit(event{Event: "interrupted", Signal: sigName(sig),
 				Message: fmt.Sprintf("%s while waiting for %q; not running the command", sigName(sig), f.key)}, true)
@@ -122,97 +148,24 @@ func cmdRun(args []string, stderr io.Writer) int {
 	if err != nil {
 		var held *fence.HeldError
 		if errors.As(err, &held) {
-			reportHeld(ctx, client, held, f, ev)
+			reportHeld(ctx, st, held, f, ev)
 			return exitHeld
 		}
 		return ev.fail(err)
 	}
-	ev.emit(event{Event: "acquired", Store: storeName, Token: l.Token(), Owner: l.Owner(),
+	ev.emit(event{Event: "acquired", Store: st.url, Token: l.Token(), Owner: l.Owner(),
 		Message: fmt.Sprintf("acquired %q with token %d", f.key, l.Token())}, false)
 	return runHeld(l, f, ev, sigs)
 }
 
-// waitFor waits for the held key, showing who holds it. It returns the
-// signal that interrupted the wait, if one did.
-func waitFor(ctx context.Context, client *fence.Client, f runFlags, opts []fence.Option, heldErr error,
-	ev *events, sigs <-chan os.Signal) (*fence.Lease, error, os.Signal) {
-	start := time.Now()
-	waitMsg := func(still bool) {
-		e := event{Event: "waiting", WaitedMS: int64p(time.Since(start).Milliseconds())}
-		var held *fence.HeldError
-		var h *fence.Holder
-		if errors.As(heldErr, &held) && held.Holder != nil && !still {
-			h = held.Holder
-		} else if got, err := client.Inspect(ctx, f.key); err == nil {
-			h = &got
-		}
-		who := ""
-		if h != nil {
-			j := toJSON(*h, time.Now())
-			e.Holder = &j
-			who = ", held by " + describe(*h, time.Now())
-		}
-		if still {
-			e.Message = fmt.Sprintf("still waiting for %q after %s%s", f.key, roundDur(time.Since(start)), who)
-		} else {
-			e.Message = fmt.Sprintf("waiting for %q%s", f.key, who)
-		}
-		ev.emit(e, true)
-	}
-	waitMsg(false)
-
-	type result struct {
-		l   *fence.Lease
-		err error
-	}
-	res := make(chan result, 1)
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		l, err := client.Acquire(actx, f.key, append(opts, fence.WithWait(f.wait))...)
-		res <- result{l, err}
-	}()
-	var tick <-chan time.Time
-	if isTerminal(os.Stderr) {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case r := <-res:
-			return r.l, r.err, nil
-		case s := <-sigs:
-			if !stops(s) {
-				continue
-			}
-			cancel()
-			if r := <-res; r.l != nil {
-				_ = r.l.Release(context.Background())
-			}
-			return nil, nil, s
-		case <-tick:
-			waitMsg(true)
-		}
-	}
-}
-
-// fail reports an error that ends "fence run" before CMD runs, and
-// returns the exit status for it.
-func (e *events) fail(err error) int {
-	if !e.json {
-		return exitFor(e.w, err)
-	}
-	e.emit(event{Event: "error", Error: err.Error(), Message: trimFence(err.Error())}, false)
-	return exitFor(io.Discard, err)
-}
-
-func reportHeld(ctx context.Context, client *fence.Client, held *fence.HeldError, f runFlags, ev *events) {
+func reportHeld(ctx context.Context, st *store, held *fence.HeldError, f runFlags, ev *events) {
 	h := held.Holder
 	if h == nil {
-		if got, err := client.Inspect(ctx, f.key); err == nil {
+		ictx, cancel := context.WithTimeout(ctx, storeTimeout)
+		if got, err := st.client.Inspect(ictx, f.key); err == nil {
 			h = &got
 		}
+		cancel()
 	}
 	e := event{Event: "held"}
 	why := "is held"
