@@ -108,6 +108,14 @@ type holder struct {
 // "started" event (CMD running under the lease).
 func (e *env) start(args ...string) (*holder, map[string]any) {
 	e.t.Helper()
+	h := e.background(args...)
+	return h, h.expect(e.t, "started")
+}
+
+// background starts fence with --json in the background; its events
+// arrive on h.events.
+func (e *env) background(args ...string) *holder {
+	e.t.Helper()
 	cmd := e.command(args...)
 	pr, err := cmd.StderrPipe()
 	if err != nil {
@@ -135,7 +143,7 @@ func (e *env) start(args ...string) (*holder, map[string]any) {
 		cmd.Process.Kill()
 		<-h.done
 	})
-	return h, h.expect(e.t, "started")
+	return h
 }
 
 // expect waits for the next event of kind name, skipping others.

@@ -115,8 +115,10 @@ func writeChange(w io.Writer, st *store, l listing, now time.Time) {
 		fmt.Fprintln(w)
 		return
 	}
-	fmt.Fprintf(w, "%s  %s held in %s\n", stamp, plural(len(l.hs), "key"), st.url)
-	if len(l.hs) > 0 {
+	if len(l.hs) == 0 {
+		fmt.Fprintf(w, "%s  no keys held in %s\n", stamp, st.url)
+	} else {
+		fmt.Fprintf(w, "%s  %s held in %s\n", stamp, plural(len(l.hs), "key"), st.url)
 		writeTable(w, l, now, false)
 	}
 	fmt.Fprintln(w)
@@ -127,18 +129,21 @@ func writeChange(w io.Writer, st *store, l listing, now time.Time) {
 // that nothing of the previous frame stays.
 func drawFrame(f *os.File, st *store, prefix string, interval time.Duration, l listing, now time.Time, first bool) {
 	width, height := termSize(f)
-	var lines []string
-	what := "keys"
+	where := "store " + st.url
 	if prefix != "" {
-		what = fmt.Sprintf("keys starting with %q", prefix)
+		where += fmt.Sprintf(", keys starting with %q", prefix)
 	}
-	lines = append(lines, fmt.Sprintf("fence list --watch: %s in %s, every %v (Ctrl-C to stop)  %s",
-		what, st.url, interval, now.Format("15:04:05")))
+	lines := []string{
+		fmt.Sprintf("fence list --watch  %s  every %v  (Ctrl-C to stop)", now.Format("15:04:05"), interval),
+		where,
+	}
 	if l.err != nil {
 		lines = append(lines, "cannot list: "+errorText(l.err))
 		if h := hint(l.err); h != "" {
 			lines = append(lines, strings.Split(h, "\n")...)
 		}
+	} else if len(l.hs) == 0 {
+		lines = append(lines, "no keys held")
 	} else {
 		lines = append(lines, plural(len(l.hs), "key")+" held", "")
 		var table bytes.Buffer

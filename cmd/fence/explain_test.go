@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/storeurl"
+)
+
+// Real network errors, as drivers return them wrapped, get a hint that
+// names the address and says what to check.
+func TestHints(t *testing.T) {
+	// A port nothing listens on: bind one, note it, close it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	_, refused := net.DialTimeout("tcp", closed, 10*time.Second)
+	if refused == nil {
+		t.Skip("something listens on a port just closed")
+	}
+	timeout := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 9, 9, 9), Port: 6379}, Err: os.ErrDeadlineExceeded}
+	dns := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "redsi.example", IsNotFound: true}}
+	for _, c := range []struct {
+		err  error
+		want []string
+	}{
+		{fmt.Errorf("fence: acquire %q: %w", "k", refused), []string{closed, "nothing accepts connections", "port"}},
+		{fmt.Errorf("redis: %w", timeout), []string{"10.9.9.9:6379", "no answer", "firewall"}},
+		{fmt.Errorf("fence: acquire %q: %w", "k", context.DeadlineExceeded), []string{"no answer", "in time"}},
+		{fmt.Errorf("x: %w", dns), []string{`"redsi.example"`, "does not resolve", "--store"}},
+		{&os.PathError{Op: "open", Path: "/x", Err: syscall.EACCES}, []string{"owner and mode"}},
+		{&os.PathError{Op: "mkdir", Path: "/x", Err: syscall.ENOTDIR}, []string{"directory"}},
+		{&os.PathError{Op: "open", Path: "/x", Err: syscall.EROFS}, []string{"read-only"}},
+		{fmt.Errorf("%w: empty key", fence.ErrInvalidKey), []string{"non-empty UTF-8"}},
+		{fmt.Errorf("%w: 1ms", fence.ErrInvalidTTL), []string{"--ttl", "at least"}},
+		{fmt.Errorf("%w: list", fence.ErrUnsupported), []string{"cannot do that"}},
+		{&metricsError{addr: "127.0.0.1:9464", err: &net.OpError{Op: "listen", Err: os.NewSyscallError("bind", syscall.EADDRINUSE)}}, []string{"another process", "port 0"}},
+	} {
+		h := hint(c.err)
+		for _, w := range c.want {
+			if !strings.Contains(h, w) {
+				t.Errorf("hint(%v) = %q; want it to mention %q", c.err, h, w)
+			}
+		}
+	}
+	if h := hint(errors.New("something else")); h != "" {
+		t.Errorf("hint for an unknown error = %q; want none", h)
+	}
+}
+
+// A driver's error text never shows the store's credentials, and names
+// the store.
+func TestStoreErrorsHideCredentials(t *testing.T) {
+	raw := "redis://admin:hunter2@db.internal:6379/0?password=s3cret"
+	s := &store{raw: raw, url: storeurl.Redact(raw)}
+	err := s.wrap(fmt.Errorf("fence: acquire %q: dial redis://admin:hunter2@db.internal:6379 (password s3cret): %w", "k", syscall.ECONNREFUSED))
+	text := err.Error()
+	if strings.Contains(text, "hunter2") || strings.Contains(text, "s3cret") {
+		t.Errorf("credentials in %q", text)
+	}
+	if !strings.HasPrefix(text, "store redis://admin:xxxxx@db.internal:6379/0") || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("wrapped error %q does not name the store, or lost its cause", text)
+	}
+	held := &fence.HeldError{Key: "k"}
+	if s.wrap(held) != error(held) {
+		t.Errorf("a HeldError is the user's business, not the store's: wrapped")
+	}
+}
+
+func TestErrorsTellWhatToDo(t *testing.T) {
+	e := newEnv(t)
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o600)
+	for _, c := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"status", "--store", file, "--key", "k"}, 1, []string{"open store " + file, "must name a directory"}},
+		{[]string{"list", "--store", "nosuch://u:hunter2@h"}, 2, []string{`unknown scheme "nosuch"`, "accepted forms", "file:///path/to/dir"}},
+		{[]string{"run", "--ttl", "30", "--key", "k", "--", "true"}, 2, []string{"needs a unit", "30s"}},
+		{[]string{"run", "--wait", "soon", "--key", "k", "--", "true"}, 2, []string{"not a duration", "300ms"}},
+		{[]string{"run", "--ttl", "5ms", "--key", "k", "--", "true"}, 2, []string{"at least 10ms", "--ttl 30s"}},
+		{[]string{"run", "--key", strings.Repeat("k", fence.MaxKeyLen+1), "--", "true"}, 2, []string{"invalid key", "at most"}},
+		{[]string{"run", "--metrics-addr", "9464", "--key", "k", "--", "true"}, 2, []string{"HOST:PORT", "127.0.0.1:9464"}},
+		{[]string{"list", "--interval", "2s"}, 2, []string{"--interval goes with --watch"}},
+		{[]string{"list", "--watch", "--interval", "1ms"}, 2, []string{"at least 100ms"}},
+		{[]string{"status", "--bogus"}, 2, []string{"unknown flag -bogus", "fence status -h"}},
+	} {
+		r := e.run(c.args...)
+		if r.code != c.code {
+			t.Errorf("fence %.80q: exit %d, want %d; stderr:\n%s", c.args, r.code, c.code, r.stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("fence %.80q: stderr lacks %q:\n%s", c.args, w, r.stderr)
+			}
+		}
+		if strings.Contains(r.stderr, "hunter2") {
+			t.Errorf("fence %.80q printed a password:\n%s", c.args, r.stderr)
+		}
+		if strings.Count(r.stderr, "\n") > 8 {
+			t.Errorf("fence %.80q: a long message for one mistake:\n%s", c.args, r.stderr)
+		}
+	}
+}
+
+// With --json, status and list report errors as a JSON object on stderr,
+// with the hint.
+func TestJSONErrors(t *testing.T) {
+	e := newEnv(t)
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o600)
+	for _, args := range [][]string{
+		{"status", "--json", "--store", file, "--key", "k"},
+		{"list", "--json", "--store", file},
+		{"list", "--watch", "--json", "--store", file},
+		{"run", "--json", "--store", file, "--key", "k", "--", "true"},
+	} {
+		r := e.run(args...)
+		var ev event
+		if err := json.Unmarshal([]byte(r.stderr), &ev); err != nil || r.code != 1 {
+			t.Errorf("fence %q: exit %d, stderr %q; want exit 1 and a JSON object", args, r.code, r.stderr)
+			continue
+		}
+		if ev.Event != "error" || !strings.Contains(ev.Error, file) || !strings.Contains(ev.Hint, "directory") || ev.Message == "" {
+			t.Errorf("fence %q: error object %+v", args, ev)
+		}
+	}
+}
+
+// Every network store registered: an unreachable server is reported in
+// bounded time, naming the address, without the credentials.
+func TestUnreachableNetworkStores(t *testing.T) {
+	e := newEnv(t)
+	tried := 0
+	for _, form := range storeurl.Forms() {
+		u, err := url.Parse(strings.Fields(form)[0])
+		if err != nil || u.Host == "" || u.Scheme == "file" || u.Scheme == "mem" {
+			continue
+		}
+		tried++
+		u.Host = "127.0.0.1:1" // nothing listens on port 1
+		u.User = url.UserPassword("fence", "hunter2")
+		r := e.run("status", "--store", u.String(), "--key", "k")
+		if r.code != 1 && r.code != 2 {
+			t.Errorf("%s: exit %d, want 1 (or 2 if the form needs more); stderr:\n%s", u.Scheme, r.code, r.stderr)
+		}
+		if strings.Contains(r.stderr, "hunter2") {
+			t.Errorf("%s: password printed:\n%s", u.Scheme, r.stderr)
+		}
+		if r.code == 1 && !strings.Contains(r.stderr, "127.0.0.1:1") {
+			t.Errorf("%s: the error does not name the address:\n%s", u.Scheme, r.stderr)
+		}
+		t.Logf("%s: %s", u.Scheme, r.stderr)
+	}
+	if tried == 0 {
+		t.Skip("no network store is registered in internal/storeurl yet")
+	}
+}
