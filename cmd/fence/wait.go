@@ -43,6 +43,7 @@ type waitView struct {
 	st    *store
 	key   string
 	start time.Time
+	limit time.Duration // --wait, 0 if none
 	live  bool
 
 	last      snapshot
@@ -50,13 +51,13 @@ type waitView struct {
 	first     bool
 }
 
-func newWaitView(ev *events, st *store, key string, live bool) *waitView {
+func newWaitView(ev *events, st *store, key string, limit time.Duration, live bool) *waitView {
 	if live {
 		ev.mu.Lock()
 		ev.live = newStatusLine(os.Stderr)
 		ev.mu.Unlock()
 	}
-	return &waitView{ev: ev, st: st, key: key, start: time.Now(), live: live, first: true}
+	return &waitView{ev: ev, st: st, key: key, start: time.Now(), limit: limit, live: live, first: true}
 }
 
 // update takes a new snapshot of the holder.
@@ -97,7 +98,11 @@ func (v *waitView) redraw() {
 
 // line is the live status line at now.
 func (v *waitView) line(now time.Time) string {
-	head := fmt.Sprintf("fence: waiting %s for %q: ", short(now.Sub(v.start)), v.key)
+	waited := short(now.Sub(v.start))
+	if v.limit > 0 {
+		waited += " of " + short(v.limit)
+	}
+	head := fmt.Sprintf("fence: waiting %s for %q: ", waited, v.key)
 	s := v.last
 	switch {
 	case s.holder != nil:
@@ -180,7 +185,7 @@ func pollHolder(ctx context.Context, st *store, key string, out chan snapshot) {
 // signal that interrupted the wait, if one did.
 func waitFor(ctx context.Context, st *store, f runFlags, opts []fence.Option, heldErr error,
 	ev *events, sigs <-chan os.Signal) (*fence.Lease, error, os.Signal) {
-	view := newWaitView(ev, st, f.key, !f.json && isLiveTerminal(os.Stderr))
+	view := newWaitView(ev, st, f.key, f.wait, !f.json && isLiveTerminal(os.Stderr))
 	defer view.end()
 	first := snapshot{at: time.Now()}
 	var held *fence.HeldError
