@@ -62,6 +62,10 @@
 //     share, a writer excludes everyone, a writer's token is greater than
 //     the readers' before it, and a stream of readers does not starve a
 //     waiting writer.
+//   - Partitions, where the driver implements Inspector: workers sharing
+//     named partitions balance them within one of P/W as workers join and
+//     leave, and a guarded resource never sees two owners of a partition
+//     at once.
 //   - Leftovers: once every lease is released nothing is left behind, when
 //     Store.Leftovers is given.
 package fencetest
@@ -173,6 +177,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("List", s.list)
 	t.Run("Semaphore", s.semaphore)
 	t.Run("RWMutex", s.rwmutex)
+	t.Run("Partitions", s.partitions)
 	t.Run("Leftovers", s.leftovers)
 }
 
