@@ -33,7 +33,9 @@ func New(drv Driver, opts ...Option) *Client {
 		panic("fence: New with nil Driver")
 	}
 	cfg := defaultConfig().with(opts)
-	return &Client{drv: drv, cfg: cfg, obs: newObserver(drv, cfg), leases: make(map[*Lease]struct{})}
+	c := &Client{drv: drv, cfg: cfg, obs: newObserver(drv, cfg), leases: make(map[*Lease]struct{})}
+	c.obs.watchLeases(c)
+	return c
 }
 
 // Driver returns the Client's driver, for access to its optional
@@ -89,6 +91,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 // acquisitions fail with ErrClosed. It returns the errors of the releases
 // that failed, joined.
 func (c *Client) Close(ctx context.Context) error {
+	defer c.obs.close()
 	c.mu.Lock()
 	c.closed = true
 	held := make([]*Lease, 0, len(c.leases))

@@ -266,6 +266,7 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 		return 0, false
 	case err == nil:
 		if left := time.Until(deadline); left < l.cfg.ttl/6 {
+			l.c.obs.renewedLate(l.ctx, l)
 			l.cfg.logger.Warn("fence: renewal succeeded close to the end of the lease's validity; the store is slow or the renew interval too long",
 				"key", l.key, "token", l.token, "validity_left", left, "renew_took", time.Since(sent))
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -71,6 +72,10 @@ type observer struct {
 	losses          metric.Int64Counter
 	releases        metric.Int64Counter
 	holdDuration    metric.Float64Histogram
+	lateRenewals    metric.Int64Counter
+	leaseAge        metric.Float64ObservableGauge
+	ageReg          metric.Registration // nil until watchLeases
+	meter           metric.Meter
 
 	mu      sync.Mutex
 	overrun map[string]int // leases held longer than their TTL, per key
@@ -124,7 +129,65 @@ func newObserver(drv Driver, cfg config) *observer {
 	o.holdDuration, _ = m.Float64Histogram("fence.lease.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long leases were held, from grant to release or loss."),
 		metric.WithExplicitBucketBoundaries(secondsBuckets...))
+	o.lateRenewals, _ = m.Int64Counter("fence.renewals.late", metric.WithUnit("{renewal}"),
+		metric.WithDescription("Renewals that succeeded with less than a sixth of the TTL of validity left."))
+	o.leaseAge, _ = m.Float64ObservableGauge("fence.lease.age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest lease held now, 0 if none."))
+	o.meter = m
 	return o
+}
+
+// watchLeases makes the fence.lease.age gauge report c's leases. The
+// callback holds c weakly, so that a Client dropped without Close can
+// still be collected; Close unregisters it.
+func (o *observer) watchLeases(c *Client) {
+	wc := weak.Make(c)
+	o.ageReg, _ = o.meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		c := wc.Value()
+		if c == nil {
+			return nil
+		}
+		now := time.Now()
+		oldest := map[string]time.Duration{}
+		var all time.Duration
+		c.mu.Lock()
+		for l := range c.leases {
+			age := now.Sub(l.acquired)
+			all = maxDur(all, age)
+			if o.withKey {
+				oldest[l.key] = maxDur(oldest[l.key], age)
+			}
+		}
+		c.mu.Unlock()
+		if !o.withKey {
+			obs.ObserveFloat64(o.leaseAge, all.Seconds(), metric.WithAttributes(o.store))
+			return nil
+		}
+		for key, age := range oldest {
+			obs.ObserveFloat64(o.leaseAge, age.Seconds(), o.attrs(key))
+		}
+		return nil
+	}, o.leaseAge)
+}
+
+func maxDur(a, b time.Duration) time.Duration {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// close stops the fence.lease.age callback.
+func (o *observer) close() {
+	if o.ageReg != nil {
+		_ = o.ageReg.Unregister()
+	}
+}
+
+// renewedLate counts a renewal that succeeded close to the end of the
+// lease's validity.
+func (o *observer) renewedLate(ctx context.Context, l *Lease) {
+	o.lateRenewals.Add(ctx, 1, o.attrs(l.key))
 }
 
 // storeName derives a store name from the driver's package: fenceredis ->

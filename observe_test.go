@@ -84,6 +84,28 @@ func (tel *telemetry) sum(t *testing.T, name string, want ...attribute.KeyValue)
 	return total
 }
 
+// gauge returns the values of a float64 gauge by its "fence.key"
+// attribute ("" without one).
+func (tel *telemetry) gauge(t *testing.T, name string) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := tel.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && m.Name == name {
+				for _, p := range g.DataPoints {
+					key, _ := p.Attributes.Value("fence.key")
+					out[key.AsString()] = p.Value
+				}
+			}
+		}
+	}
+	return out
+}
+
 func (tel *telemetry) span(t *testing.T, name, outcome string) sdktrace.ReadOnlySpan {
 	t.Helper()
 	for _, s := range tel.spans.Ended() {
@@ -124,6 +146,9 @@ func TestMetricsAndSpansNormalRun(t *testing.T) {
 			t.Errorf("leases held during Run = %d; want 1", got)
 		}
 		time.Sleep(250 * time.Millisecond) // two renewals at TTL/3
+		if age := tel.gauge(t, "fence.lease.age")[""]; age < 0.2 {
+			t.Errorf("fence.lease.age while held 250ms = %v; want >= 0.2", age)
+		}
 		return nil
 	})
 	if err != nil {
@@ -143,6 +168,9 @@ func TestMetricsAndSpansNormalRun(t *testing.T) {
 	}
 	if got := tel.sum(t, "fence.losses"); got != 0 {
 		t.Errorf("losses recorded = %d; want 0", got)
+	}
+	if age := tel.gauge(t, "fence.lease.age"); age[""] != 0 {
+		t.Errorf("fence.lease.age with no lease held = %v; want 0", age)
 	}
 	s := tel.span(t, "fence.acquire", "acquired")
 	if attrOf(s, "fence.key").AsString() != "job" || attrOf(s, "fence.token").AsInt64() != 1 {
@@ -354,8 +382,9 @@ func TestWarnsWhenRenewalIsCloseToDeadline(t *testing.T) {
 	store := newHooked()
 	// Validity 300ms - 11ms margin; a renewal sent at 200ms that takes
 	// 70ms leaves about 20ms, under TTL/6.
-	c := fence.New(store, fence.WithTTL(300*time.Millisecond), fence.WithRenewInterval(200*time.Millisecond),
-		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	tel := newTelemetry(t)
+	c := fence.New(store, append(tel.options(), fence.WithTTL(300*time.Millisecond), fence.WithRenewInterval(200*time.Millisecond),
+		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	store.setExtend(func(ctx context.Context, next func() error) error {
 		time.Sleep(70 * time.Millisecond)
 		return next()
@@ -366,6 +395,39 @@ func TestWarnsWhenRenewalIsCloseToDeadline(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	eventually(t, func() bool { return strings.Contains(logs.String(), "close to the end of the lease's validity") })
+	if n := tel.sum(t, "fence.renewals.late"); n < 1 {
+		t.Errorf("late renewals counted = %d; want at least 1", n)
+	}
+}
+
+// With WithKeyAttribute, fence.lease.age is per key; Close stops it.
+func TestLeaseAgeByKey(t *testing.T) {
+	ctx := ctxT(t)
+	tel := newTelemetry(t)
+	c := fence.New(fencemem.New(), append(tel.options(), fence.WithKeyAttribute())...)
+	a, err := c.TryAcquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := c.TryAcquire(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	age := tel.gauge(t, "fence.lease.age")
+	if len(age) != 2 || age["a"] < 0.1 || age["b"] >= age["a"] {
+		t.Errorf("fence.lease.age by key = %v; want a >= 0.1s, b younger", age)
+	}
+	a.Release(ctx)
+	if age := tel.gauge(t, "fence.lease.age"); len(age) != 1 || age["b"] <= 0 {
+		t.Errorf("fence.lease.age after releasing a = %v; want b only", age)
+	}
+	if got := tel.sum(t, "fence.lease.duration", attribute.String("fence.key", "a")); got != 1 {
+		t.Errorf("fence.lease.duration for a = %d; want 1", got)
+	}
+	c.Close(ctx)
+	if age := tel.gauge(t, "fence.lease.age"); len(age) != 0 {
+		t.Errorf("fence.lease.age after Close = %v; want nothing", age)
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger's goroutines.
