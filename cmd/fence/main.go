@@ -2,9 +2,10 @@
 // which key. See docs/cli.md, or run "fence help".
 //
 //	fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait]
-//	          [--hold-at-least D] [--grace 10s] [--json] -- CMD ARGS...
+//	          [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT]
+//	          [--json] -- CMD ARGS...
 //	fence status [--store URL] --key K [--json]
-//	fence list [--store URL] [--prefix P] [--json]
+//	fence list [--store URL] [--prefix P] [--watch [--interval 1s]] [--json]
 //
 // The default store is a per-user directory of lock files
 // ($XDG_STATE_HOME/fence, else ~/.local/state/fence); --store or the
@@ -42,14 +43,18 @@ acquisition carries a fencing token.
 
 Usage:
   fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait]
-            [--hold-at-least D] [--grace 10s] [--json] -- CMD ARGS...
+            [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT]
+            [--json] -- CMD ARGS...
       Run CMD while holding K. CMD gets FENCE_KEY, FENCE_TOKEN and
       FENCE_OWNER in its environment; send FENCE_TOKEN with every write
-      to the protected resource.
+      to the protected resource. While K is held by another, fence waits
+      and shows who holds it (live, on a terminal). --metrics-addr serves
+      Prometheus metrics at http://HOST:PORT/metrics while fence runs.
   fence status [--store URL] --key K [--json]
       Show who holds K: owner, host, pid, token, time held, time left.
-  fence list [--store URL] [--prefix P] [--json]
-      Show every held key (starting with P).
+  fence list [--store URL] [--prefix P] [--watch [--interval 1s]] [--json]
+      Show every held key (starting with P); with --watch, keep showing
+      them, refreshed every --interval, until interrupted.
   fence help
       Show this help.
 
@@ -71,8 +76,10 @@ Exit status:
   126, 127      run: CMD could not be executed, or was not found
   128+N         run: fence got signal N while waiting for the key
 
-With --json, "run" writes its own messages as JSON lines on stderr, and
-"status" and "list" write JSON on stdout. See docs/cli.md.
+With --json, "run" writes its own messages as JSON lines on stderr;
+"status" and "list" write JSON on stdout ("list --watch": one object per
+line, per refresh), and errors as a JSON object on stderr. See
+docs/cli.md; for metrics, alerts and reading the output, docs/operating.md.
 `
 
 func main() {
