@@ -188,6 +188,9 @@ func TestRunServesMetrics(t *testing.T) {
 	if !held.MatchString(body) {
 		t.Errorf("no fence_leases_held 1 while CMD runs; /metrics:\n%s", body)
 	}
+	if !regexp.MustCompile(`(?m)^fence_lease_age_seconds\{[^}]*\} [0-9.e+-]+$`).MatchString(body) {
+		t.Errorf("no fence_lease_age_seconds while CMD runs; /metrics:\n%s", body)
+	}
 	if !strings.Contains(body, `fence_acquire_duration_seconds_count{`) || !strings.Contains(body, `outcome="acquired"`) {
 		t.Errorf("no acquisition recorded; /metrics:\n%s", body)
 	}
