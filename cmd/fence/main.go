@@ -136,7 +136,7 @@ func usagef(format string, args ...any) error {
 
 // newFlags returns a flag set for a subcommand, with --store and --json.
 // Parse it with parseFlags.
-func newFlags(name, synopsis string) (*flag.FlagSet, *string, *bool) {
+func newFlags(name string) (*flag.FlagSet, *string, *bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	// parseFlags prints: the flag package would print the whole usage
 	// after every mistake.
@@ -144,23 +144,20 @@ func newFlags(name, synopsis string) (*flag.FlagSet, *string, *bool) {
 	fs.Usage = func() {}
 	store := fs.String("store", "", "store `URL` (default $FENCE_STORE, else the per-user directory)")
 	jsonOut := fs.Bool("json", false, "machine-readable output (see docs/cli.md)")
-	synopses[name] = synopsis
 	return fs, store, jsonOut
 }
 
-// synopses are the one-line usages of the subcommands, by name.
-var synopses = map[string]string{}
-
-// parseFlags parses args into fs. With -h it prints the usage and returns
-// exitOK; after a mistake it says what was wrong, briefly, and returns
-// exitUsage. ok is true when the command should go on.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+// parseFlags parses args into fs. With -h it prints the usage (synopsis
+// and flags) and returns exitOK; after a mistake it says what was wrong,
+// briefly, and returns exitUsage. ok is true when the command should go
+// on.
+func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stderr io.Writer) (code int, ok bool) {
 	err := fs.Parse(args)
 	switch {
 	case err == nil:
 		return exitOK, true
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(stderr, "usage: %s\n", synopses[fs.Name()])
+		fmt.Fprintf(stderr, "usage: %s\n", synopsis)
 		fs.SetOutput(stderr)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
@@ -170,7 +167,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok
 	if rest, found := strings.CutPrefix(msg, "flag provided but not defined: "); found {
 		msg = "unknown flag " + rest + " (flag provided but not defined)"
 	}
-	fmt.Fprintf(stderr, "fence %s: %s\n  usage: %s\n  \"fence %s -h\" lists the flags\n", fs.Name(), msg, synopses[fs.Name()], fs.Name())
+	fmt.Fprintf(stderr, "fence %s: %s\n  usage: %s\n  \"fence %s -h\" lists the flags\n", fs.Name(), msg, synopsis, fs.Name())
 	return exitUsage, false
 }
 

@@ -59,7 +59,7 @@ const runSynopsis = "fence run [--store URL] --key K [--ttl 60s] [--wait D | --n
 // parseRun parses the command line of "fence run". ok is false when
 // fence should exit with code: after -h, or a mistake it has reported.
 func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
-	fs, store, jsonOut := newFlags("run", runSynopsis)
+	fs, store, jsonOut := newFlags("run")
 	fs.StringVar(&f.key, "key", "", "the lock's key (required)")
 	durationFlag(fs, &f.ttl, "ttl", 60*time.Second, "lease TTL (a `duration`); fence renews the lease every TTL/3 while CMD runs")
 	durationFlag(fs, &f.wait, "wait", 0, "wait at most this `duration` for a held key, then exit 75 (default: wait until it is free)")
@@ -67,7 +67,7 @@ func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
 	durationFlag(fs, &f.hold, "hold-at-least", 0, "keep the key after CMD ends until this `duration` after it was acquired")
 	durationFlag(fs, &f.grace, "grace", 10*time.Second, "when the lease is lost, `duration` between SIGTERM and SIGKILL to CMD")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics while fence runs")
-	if code, ok := parseFlags(fs, args, stderr); !ok {
+	if code, ok := parseFlags(fs, runSynopsis, args, stderr); !ok {
 		return f, code, false
 	}
 	f.store, f.json, f.argv = *store, *jsonOut, fs.Args()

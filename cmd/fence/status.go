@@ -18,9 +18,9 @@ const statusSynopsis = "fence status [--store URL] --key K [--json]"
 // cmdStatus implements "fence status": exit 0 if the key is held, 3 if it
 // is free.
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
-	fs, store, jsonOut := newFlags("status", statusSynopsis)
+	fs, store, jsonOut := newFlags("status")
 	key := fs.String("key", "", "the lock's key (required)")
-	if code, ok := parseFlags(fs, args, stderr); !ok {
+	if code, ok := parseFlags(fs, statusSynopsis, args, stderr); !ok {
 		return code
 	}
 	switch {
@@ -76,12 +76,12 @@ const listSynopsis = "fence list [--store URL] [--prefix P] [--watch [--interval
 
 // cmdList implements "fence list" and "fence list --watch".
 func cmdList(args []string, stdout, stderr io.Writer) int {
-	fs, store, jsonOut := newFlags("list", listSynopsis)
+	fs, store, jsonOut := newFlags("list")
 	prefix := fs.String("prefix", "", "show only keys starting with this")
 	watch := fs.Bool("watch", false, "show the keys live, refreshed every --interval, until interrupted")
 	var interval time.Duration
 	durationFlag(fs, &interval, "interval", time.Second, "with --watch, refresh every `duration`")
-	if code, ok := parseFlags(fs, args, stderr); !ok {
+	if code, ok := parseFlags(fs, listSynopsis, args, stderr); !ok {
 		return code
 	}
 	intervalSet := false
