@@ -380,13 +380,17 @@ func TestWarnsWhenRenewalIsCloseToDeadline(t *testing.T) {
 	ctx := ctxT(t)
 	var logs syncBuffer
 	store := newHooked()
-	// Validity 300ms - 11ms margin; a renewal sent at 200ms that takes
-	// 70ms leaves about 20ms, under TTL/6.
+	// The store answers each renewal a twelfth of the TTL before the
+	// validity ends: under the warning's sixth, with time to spare for a
+	// loaded machine.
+	const ttl = 1200 * time.Millisecond
 	tel := newTelemetry(t)
-	c := fence.New(store, append(tel.options(), fence.WithTTL(300*time.Millisecond), fence.WithRenewInterval(200*time.Millisecond),
+	c := fence.New(store, append(tel.options(), fence.WithTTL(ttl),
 		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	store.setExtend(func(ctx context.Context, next func() error) error {
-		time.Sleep(70 * time.Millisecond)
+		if dl, ok := ctx.Deadline(); ok {
+			time.Sleep(time.Until(dl) - ttl/12)
+		}
 		return next()
 	})
 	l, err := c.TryAcquire(ctx, "k")
