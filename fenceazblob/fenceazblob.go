@@ -222,10 +222,13 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			LeaseAccessConditions:    &blob.LeaseAccessConditions{LeaseID: &id},
 		}})
 		if err != nil && statusOf(err) == http.StatusPreconditionFailed && s.written(ctx, b, id, req.Owner, token) {
-			err = nil // a retry of a write that had landed
+			err = nil // the SDK retried a write that had landed
 		}
 		if err != nil {
 			s.abandon(ctx, lc)
+			if lostLease(err) {
+				continue // broken (or expired) and taken since: read again
+			}
 			return nil, storageErr(op+": write token", err)
 		}
 		return &claim{key: req.Key, lc: lc, token: token, dur: dur}, nil
@@ -239,6 +242,13 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 func refused(err error) bool {
 	st := statusOf(err)
 	return st >= 400 && st < 500 && st != http.StatusRequestTimeout && st != http.StatusTooManyRequests
+}
+
+// lostLease reports whether a write under a lease failed because the lease
+// is no longer this one.
+func lostLease(err error) bool {
+	return bloberror.HasCode(err, bloberror.LeaseIDMismatchWithBlobOperation,
+		bloberror.LeaseNotPresentWithBlobOperation, bloberror.LeaseLost, bloberror.ConditionNotMet)
 }
 
 // written reports whether the blob's metadata holds token and owner under

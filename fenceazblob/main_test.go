@@ -1,7 +1,6 @@
 package fenceazblob_test
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -29,8 +28,14 @@ func TestMain(m *testing.M) {
 // container on it (not created yet: the store creates it).
 func server(t *testing.T) string {
 	t.Helper()
+	connect, _ := serverProcess(t)
+	return connect
+}
+
+func serverProcess(t *testing.T) (string, *testserver.AzuriteServer) {
+	t.Helper()
 	az := testserver.Azurite(t)
-	return newContainerName() + "|" + az.ConnectionString()
+	return newContainerName() + "|" + az.ConnectionString(), az
 }
 
 func newContainerName() string {
@@ -65,5 +70,3 @@ func mustOpen(t *testing.T, connect string) *fenceazblob.Store {
 	t.Cleanup(func() { _ = closeFn() })
 	return s
 }
-
-var _ = context.Background
