@@ -19,10 +19,13 @@
 // acquisition bumps the counter under its own lease with a write that
 // fails if anything changed since the counter was read, so every token is
 // strictly greater than every token issued before for the key, whatever
-// happened in between: releases, expiries, broken leases. A lost race is
-// retried (at most three times within the one attempt) and never returns
-// a duplicate. If the lease was taken but the metadata write failed, the
-// lease is released again and the attempt fails. Blobs are never deleted:
+// happened in between: releases, expiries, broken leases. A lost race (a
+// lease refused because the blob changed since the read, a token write
+// refused because the new lease was broken and taken in between) leads to
+// a new read, at most three times within the one attempt, and never to a
+// duplicate token. If the token write fails otherwise (the network, a
+// cancelled context), the lease is released again and the attempt fails:
+// nothing is left behind. Blobs are never deleted:
 // they are the counters. A blob that is deleted anyway (by an operator, a
 // lifecycle rule) restarts its counter from the store's clock, above every
 // token issued before (see docs/azblob.md for the one assumption).
@@ -32,8 +35,8 @@
 // metadata (owner, token, metadata; ExpiresIn is the lease duration, an
 // upper bound, since the service does not tell a lease's remaining time).
 // Blob leases have no notifications, so a waiting Acquire polls: one
-// request per attempt, with the Client's jittered backoff (at most about
-// one request a second per waiter once the backoff has grown).
+// request per attempt, with the Client's jittered backoff: once it has
+// grown, one or two requests a second per waiter.
 //
 // Leases last 15 to 60 seconds, Azure's range for a fixed-duration lease:
 // a TTL is rounded up to whole seconds, and a TTL outside the range is
