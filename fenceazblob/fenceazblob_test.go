@@ -245,6 +245,9 @@ func TestTokensSurviveLostCounter(t *testing.T) {
 	next("then")
 }
 
+// Tests that set hooks must not run in parallel with others: the hooks are
+// global.
+
 // TestLostRaceBeforeLease: another acquisition bumps the counter between
 // an acquisition's read and its lease. The lease, conditional on the
 // blob's ETag, is refused; the acquisition reads again and issues a
