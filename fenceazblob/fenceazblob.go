@@ -199,8 +199,8 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			ModifiedAccessConditions: &lease.ModifiedAccessConditions{IfMatch: props.ETag},
 		})
 		switch {
-		case bloberror.HasCode(err, bloberror.ConditionNotMet):
-			continue // another acquisition changed the blob since the read
+		case bloberror.HasCode(err, bloberror.ConditionNotMet, bloberror.BlobNotFound, bloberror.ContainerNotFound):
+			continue // changed (or deleted) since the read
 		case bloberror.HasCode(err, bloberror.LeaseAlreadyPresent, bloberror.LeaseIsBreakingAndCannotBeAcquired):
 			return nil, &fence.HeldError{Key: req.Key} // taken since the read
 		case err != nil:
