@@ -60,6 +60,7 @@ type Process struct {
 	port    int
 	logPath string
 	ping    func(ctx context.Context) error
+	pre     func() error
 
 	mu     sync.Mutex
 	run    *run // nil when not running
@@ -83,6 +84,8 @@ type procSpec struct {
 	cred *syscall.Credential
 	port int                             // the port it listens on; Addr is 127.0.0.1:port
 	ping func(ctx context.Context) error // one protocol-level readiness check
+	// prestart, if set, runs before every start (first and restarts).
+	prestart func() error
 }
 
 // newProcess prepares a process and registers the cleanup that kills it and,
@@ -100,6 +103,7 @@ func newProcess(tb testing.TB, s procSpec) *Process {
 		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
 		logPath: filepath.Join(tb.TempDir(), fmt.Sprintf("%s-%d.log", s.name, s.port)),
 		ping:    s.ping,
+		pre:     s.prestart,
 	}
 	tb.Cleanup(func() {
 		p.Kill()
@@ -148,21 +152,34 @@ func (p *Process) killLocked() error {
 	if p.run == nil {
 		return nil
 	}
-	pgid := p.run.cmd.Process.Pid
-	// The server runs in its own process group; kill all of it (postgres
-	// backends outlive a killed postmaster and would block a restart).
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	leader := p.run.cmd.Process.Pid
+	// Freeze the leader so it forks no more, then kill it and everything it
+	// started. Its process group is not enough: PostgreSQL's children make
+	// themselves group leaders, outlive a killed postmaster for a while and
+	// keep its shared memory, which makes a restart refuse to start.
+	_ = syscall.Kill(leader, syscall.SIGSTOP)
+	tree := processTree(leader)
+	for _, pr := range tree {
+		_ = syscall.Kill(pr.pid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-leader, syscall.SIGKILL)
 	<-p.run.exited
 	p.run = nil
 	deadline := time.Now().Add(30 * time.Second)
-	for groupAlive(pgid) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes of group %d still alive 30s after SIGKILL", pgid)
+	for {
+		alive := stillAlive(tree)
+		if len(alive) == 0 && !groupAlive(leader) {
+			return nil
 		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v (group %d) still alive 30s after SIGKILL", alive, leader)
+		}
+		for _, pid := range alive {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(-leader, syscall.SIGKILL)
 		time.Sleep(10 * time.Millisecond)
 	}
-	return nil
 }
 
 // Stop pauses the server with SIGSTOP (all its processes), as a GC pause or
@@ -179,9 +196,15 @@ func (p *Process) signal(sig syscall.Signal) {
 		p.tb.Errorf("testserver: %s %s: %v", sig, p.name, errNotRunning)
 		return
 	}
-	if err := syscall.Kill(-p.run.cmd.Process.Pid, sig); err != nil {
+	// The leader first: once stopped it forks no more.
+	leader := p.run.cmd.Process.Pid
+	if err := syscall.Kill(leader, sig); err != nil {
 		p.tb.Errorf("testserver: %s %s: %v", sig, p.name, err)
 	}
+	for _, pr := range processTree(leader) {
+		_ = syscall.Kill(pr.pid, sig)
+	}
+	_ = syscall.Kill(-leader, sig)
 }
 
 // Restart kills the server if it runs, starts it again with the same port,
@@ -225,6 +248,11 @@ func (p *Process) start() error {
 func (p *Process) launchLocked() error {
 	if p.run != nil {
 		return errors.New("already running")
+	}
+	if p.pre != nil {
+		if err := p.pre(); err != nil {
+			return err
+		}
 	}
 	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -488,47 +516,110 @@ func firstLine(err error) string {
 // groupAlive reports whether any process of the group is still running
 // (zombies waiting for a parent to reap them do not count).
 func groupAlive(pgid int) bool {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
+	procs, ok := allProcs()
+	if !ok {
 		return syscall.Kill(-pgid, 0) == nil
 	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if g, state, ok := procGroup(pid); ok && g == pgid && state != 'Z' && state != 'X' {
+	for _, pr := range procs {
+		if pr.pgid == pgid && pr.running() {
 			return true
 		}
 	}
 	return false
 }
 
-// procGroup reads the process group and state of pid from /proc/pid/stat.
-func procGroup(pid int) (pgid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	// pid (comm) state ppid pgrp ...; comm may contain spaces and parens.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 {
-		return 0, 0, false
-	}
-	g, err := strconv.Atoi(f[2])
-	if err != nil || len(f[0]) == 0 {
-		return 0, 0, false
-	}
-	return g, f[0][0], true
+type procInfo struct {
+	pid, ppid, pgid int
+	state           byte
+	start           string // start time in clock ticks: tells a reused pid apart
 }
 
-// listenerOwnedBy reports whether a process of group pgid holds the socket
-// listening on port. known is false when /proc cannot tell.
-func listenerOwnedBy(pgid, port int) (mine, known bool) {
+func (pr procInfo) running() bool { return pr.state != 'Z' && pr.state != 'X' }
+
+// readProc parses /proc/pid/stat.
+func readProc(pid int) (procInfo, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+	// majflt cmajflt utime stime cutime cstime priority nice threads
+	// itrealvalue starttime ...; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procInfo{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) == 0 {
+		return procInfo{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return procInfo{}, false
+	}
+	return procInfo{pid: pid, ppid: ppid, pgid: pgid, state: f[0][0], start: f[19]}, true
+}
+
+func allProcs() ([]procInfo, bool) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
+	var out []procInfo
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pr, ok := readProc(pid); ok {
+			out = append(out, pr)
+		}
+	}
+	return out, true
+}
+
+// processTree returns root's descendants (by parent) and the members of its
+// process group, root included. Empty when /proc cannot tell.
+func processTree(root int) []procInfo {
+	procs, ok := allProcs()
+	if !ok {
+		return nil
+	}
+	in := map[int]bool{root: true}
+	for changed := true; changed; {
+		changed = false
+		for _, pr := range procs {
+			if !in[pr.pid] && (in[pr.ppid] || pr.pgid == root) {
+				in[pr.pid] = true
+				changed = true
+			}
+		}
+	}
+	var out []procInfo
+	for _, pr := range procs {
+		if in[pr.pid] {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+// stillAlive returns the pids of tree that still run (the same process: not
+// a zombie, not a new process that reused the pid).
+func stillAlive(tree []procInfo) []int {
+	var out []int
+	for _, old := range tree {
+		if now, ok := readProc(old.pid); ok && now.start == old.start && now.running() {
+			out = append(out, old.pid)
+		}
+	}
+	return out
+}
+
+// listenerOwnedBy reports whether leader or a process it started holds the
+// socket listening on port. known is false when /proc cannot tell.
+func listenerOwnedBy(leader, port int) (mine, known bool) {
 	inodes := map[string]bool{}
 	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		b, err := os.ReadFile(file)
@@ -547,27 +638,18 @@ func listenerOwnedBy(pgid, port int) (mine, known bool) {
 			}
 		}
 	}
-	if !known || len(inodes) == 0 {
+	tree := processTree(leader)
+	if !known || len(inodes) == 0 || len(tree) == 0 {
 		return false, false
 	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return false, false
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	for _, pr := range tree {
+		dir := "/proc/" + strconv.Itoa(pr.pid) + "/fd/"
+		fds, err := os.ReadDir(dir)
 		if err != nil {
-			continue
-		}
-		if g, _, ok := procGroup(pid); !ok || g != pgid {
-			continue
-		}
-		fds, err := os.ReadDir("/proc/" + e.Name() + "/fd")
-		if err != nil {
-			return false, false // cannot look: do not claim a collision
+			return false, false // cannot look: claim no collision
 		}
 		for _, fd := range fds {
-			if link, err := os.Readlink("/proc/" + e.Name() + "/fd/" + fd.Name()); err == nil && inodes[link] {
+			if link, err := os.Readlink(dir + fd.Name()); err == nil && inodes[link] {
 				return true, true
 			}
 		}
