@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -64,6 +65,10 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 	}
 	bin := Require(t, "etcd")
 	o := collect(opts)
+	var extra []string
+	if etcdHasFlag(bin, "--unsafe-no-fsync") { // etcd >= 3.5; Debian 12 has 3.4
+		extra = append(extra, "--unsafe-no-fsync")
+	}
 	base := dataDir(t, "etcd")
 	c := &EtcdClusterServer{}
 	startRetrying(t, fmt.Sprintf("etcd cluster of %d", n), func() error {
@@ -104,7 +109,8 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 				"--initial-cluster-token", token,
 				"--logger", "zap",
 				"--log-outputs", "stderr",
-			}, o.args...)
+			}, extra...)
+			args = append(args, o.args...)
 			m.Process = newProcess(t, procSpec{
 				name: "etcd-" + m.name,
 				path: bin,
@@ -130,6 +136,18 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 		return err
 	})
 	return c
+}
+
+var etcdHelp sync.Map // binary -> its --help text
+
+// etcdHasFlag reports whether the etcd binary knows a flag.
+func etcdHasFlag(bin, flag string) bool {
+	help, ok := etcdHelp.Load(bin)
+	if !ok {
+		out, _ := exec.Command(bin, "--help").CombinedOutput()
+		help, _ = etcdHelp.LoadOrStore(bin, string(out))
+	}
+	return strings.Contains(help.(string), flag+" ")
 }
 
 // etcdHealth asks a member's /health, which is true once the cluster has a

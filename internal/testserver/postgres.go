@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -134,26 +133,6 @@ func unprivileged(dir string) (*syscall.Credential, error) {
 		return nil, err
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
-}
-
-// runLogged runs a setup program to completion with its output in logPath,
-// and returns an error with the output's tail if it fails.
-func runLogged(logPath, dir string, cred *syscall.Credential, bin string, args ...string) error {
-	log, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %v\nlast lines of %s:\n%s", bin, quoteArgs(args), err, logPath, logTail(logPath, 40))
-	}
-	return nil
 }
 
 // pgQuery connects as user postgres to database db with the simple query

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,7 +55,6 @@ type Process struct {
 	name    string // short name for messages, e.g. "redis-server"
 	path    string
 	args    []string
-	env     []string
 	dir     string
 	cred    *syscall.Credential
 	addr    string
@@ -79,8 +80,7 @@ type procSpec struct {
 	name string   // for messages and the log file name
 	path string   // program
 	args []string // arguments, without the program
-	env  []string // added to the test's environment
-	dir  string   // working directory ("" = the server's data directory is not known)
+	dir  string   // working directory: the server's own data directory
 	cred *syscall.Credential
 	port int                             // the port it listens on; Addr is 127.0.0.1:port
 	ping func(ctx context.Context) error // one protocol-level readiness check
@@ -96,7 +96,6 @@ func newProcess(tb testing.TB, s procSpec) *Process {
 		name:    s.name,
 		path:    s.path,
 		args:    s.args,
-		env:     s.env,
 		dir:     s.dir,
 		cred:    s.cred,
 		port:    s.port,
@@ -265,7 +264,6 @@ func (p *Process) launchLocked() error {
 
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Dir = p.dir
-	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdin = nil
 	cmd.Stdout = log
 	cmd.Stderr = log
@@ -274,7 +272,7 @@ func (p *Process) launchLocked() error {
 		Pdeathsig:  syscall.SIGKILL, // no orphans if the test binary dies
 		Credential: p.cred,
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startOnSpawner(cmd); err != nil {
 		return err
 	}
 	r := &run{cmd: cmd, exited: make(chan struct{})}
@@ -284,6 +282,27 @@ func (p *Process) launchLocked() error {
 		close(r.exited)
 	}()
 	return nil
+}
+
+// Pdeathsig is delivered when the thread that forked the child exits, not
+// the process (golang/go#27505); Go may end a thread whose goroutine exits
+// while locked to it. So every server is forked from one goroutine locked to
+// its thread for the life of the test binary.
+var spawner = sync.OnceValue(func() chan<- func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
+
+func startOnSpawner(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawner() <- func() { done <- cmd.Start() }
+	return <-done
 }
 
 var errAddrInUse = errors.New("port already in use")
@@ -311,9 +330,15 @@ func (p *Process) waitReady() error {
 		}
 		if last = p.pingOnce(ctx); last == nil {
 			// Something answered on our port; make sure it is our server and
-			// not another test's that took the port first.
+			// not another test's that took the port first (ours then exits
+			// or is about to, failing to bind).
 			if mine, known := listenerOwnedBy(r.cmd.Process.Pid, p.port); known && !mine {
 				return fmt.Errorf("%w: another process answers on %s", errAddrInUse, p.addr)
+			}
+			select {
+			case <-r.exited:
+				continue // reported at the top of the loop
+			default:
 			}
 			return nil
 		}
@@ -357,6 +382,30 @@ func startRetrying(tb testing.TB, what string, attempt func() error) {
 	}
 }
 
+// runLogged runs a setup program to completion with its output in logPath,
+// and returns an error with the output's tail if it fails.
+func runLogged(logPath, dir string, cred *syscall.Credential, bin string, args ...string) error {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	err = startOnSpawner(cmd) // see spawner: keeps Pdeathsig reliable
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %v\nlast lines of %s:\n%s", bin, quoteArgs(args), err, logPath, logTail(logPath, 40))
+	}
+	return nil
+}
+
 // Ports.
 //
 // Ports come from below the kernel's ephemeral range (32768+ on Linux), so
@@ -368,6 +417,9 @@ func startRetrying(tb testing.TB, what string, attempt func() error) {
 var (
 	portMu   sync.Mutex
 	usedPort = map[int]bool{}
+	// forcePortForTest, if set, is the next port handed out: tests use it
+	// to make a start collide.
+	forcePortForTest int
 )
 
 const (
@@ -380,6 +432,10 @@ const (
 func freePort(offset int) (int, error) {
 	portMu.Lock()
 	defer portMu.Unlock()
+	if p := forcePortForTest; p != 0 {
+		forcePortForTest = 0
+		return p, nil
+	}
 	high := portHigh
 	if lo := ephemeralLow(); lo > portLow+1000 && lo < high {
 		high = lo
@@ -638,15 +694,18 @@ func listenerOwnedBy(leader, port int) (mine, known bool) {
 			}
 		}
 	}
-	tree := processTree(leader)
-	if !known || len(inodes) == 0 || len(tree) == 0 {
+	if !known || len(inodes) == 0 {
 		return false, false
 	}
-	for _, pr := range tree {
+	// An empty tree means the leader is gone: whoever listens is not ours.
+	for _, pr := range processTree(leader) {
 		dir := "/proc/" + strconv.Itoa(pr.pid) + "/fd/"
 		fds, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrPermission) {
+			return false, false // not allowed to look: claim no collision
+		}
 		if err != nil {
-			return false, false // cannot look: claim no collision
+			continue // exited meanwhile
 		}
 		for _, fd := range fds {
 			if link, err := os.Readlink(dir + fd.Name()); err == nil && inodes[link] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,6 +162,51 @@ func TestStartFailureFailsWithLog(t *testing.T) {
 	}
 }
 
+// A port taken between choosing and binding it (by another test binary, say)
+// makes the start retry on another port; it is neither a failure nor a
+// server that is not ours.
+func TestPortCollisionRetries(t *testing.T) {
+	first := Redis(t)
+	portMu.Lock()
+	forcePortForTest = first.Port()
+	portMu.Unlock()
+	second := Redis(t)
+	if second.Port() == first.Port() {
+		t.Fatalf("second server reported the taken port %d", first.Port())
+	}
+	checkProcess(t, second.Process)
+	ctx := testContext(t)
+	if _, err := redisDo(ctx, first.Addr(), "SET", "who", "first"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := redisDo(ctx, second.Addr(), "GET", "who"); err != nil || v != nil {
+		t.Fatalf("second server: GET who = %v, %v; want nil", v, err)
+	}
+}
+
+func TestListenerOwnedBy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	mine, known := listenerOwnedBy(os.Getpid(), port)
+	if !known {
+		t.Skip("no /proc here")
+	}
+	if !mine {
+		t.Errorf("listenerOwnedBy(self, %d) = false for our own listener", port)
+	}
+	r := Redis(t)
+	if mine, _ := listenerOwnedBy(r.Pid(), port); mine {
+		t.Errorf("listenerOwnedBy(redis, %d) = true for the test's listener", port)
+	}
+	if mine, _ := listenerOwnedBy(r.Pid(), r.Port()); !mine {
+		t.Errorf("listenerOwnedBy(redis, its own port) = false")
+	}
+}
+
 func TestRedis(t *testing.T) {
 	t.Parallel()
 	r := timed(t, "redis-server", func() *RedisServer { return Redis(t) })
@@ -266,6 +312,14 @@ func TestPostgres(t *testing.T) {
 	t.Parallel()
 	pg := timed(t, "postgres (initdb + start + create database)", func() *PostgresServer { return Postgres(t) })
 	checkProcess(t, pg.Process)
+	if os.Geteuid() == 0 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pg.Pid()))
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" && f[1] == "0" {
+				t.Fatal("postgres runs as root")
+			}
+		}
+	}
 	if want := "postgres://postgres@" + pg.Addr() + "/test?sslmode=disable"; pg.DSN() != want {
 		t.Errorf("DSN() = %q, want %q", pg.DSN(), want)
 	}
@@ -286,9 +340,14 @@ func TestPostgres(t *testing.T) {
 		t.Fatal("postgres answered while stopped")
 	}
 	cancel()
-	pg.Cont()
 
+	// Killed while stopped, backends and all: the restart must find no
+	// leftover process holding the data directory's shared memory.
+	tree := processTree(pg.Pid())
 	pg.Kill()
+	if alive := stillAlive(tree); len(alive) > 0 {
+		t.Fatalf("processes %v of the killed server still run", alive)
+	}
 	timed(t, "postgres restart", func() any { pg.Restart(); return nil })
 	rows, err := pgQuery(ctx, pg.Addr(), "test", "SELECT v FROM kv WHERE k = 'k'")
 	if err != nil || len(rows) != 1 || rows[0][0] != "v1" {
