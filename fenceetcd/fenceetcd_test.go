@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		// ends, so goleak would fail every worker.
 		os.Exit(m.Run())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
 // ttl is the lease TTL of the tests: etcd's smallest lease TTL is a few

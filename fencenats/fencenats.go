@@ -165,7 +165,7 @@ func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Opt
 func Dial(ctx context.Context, url, bucket string, opts ...Option) (*Driver, error) {
 	nc, err := nats.Connect(url, nats.Name("fence"))
 	if err != nil {
-		return nil, fmt.Errorf("fencenats: connect %s: %w", url, err)
+		return nil, fmt.Errorf("fencenats: connect: %w", err) // the URL may hold credentials
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {

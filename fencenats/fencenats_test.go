@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		// ends, so goleak would fail every worker.
 		os.Exit(m.Run())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
 // ttl is the tests' lease TTL; per-message TTLs have a granularity of one

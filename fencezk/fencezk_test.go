@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		// ends, so goleak would fail every worker.
 		os.Exit(m.Run())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
 // The tests' lease TTL and session timeout: the TTL may not exceed the
