@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencezk"
+	"github.com/fencing/fence/internal/testserver"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -475,6 +476,24 @@ func TestWaiterWithExpiredSessionStops(t *testing.T) {
 	}
 	if q := children(t, raw, d, "w"); len(q) != 1 {
 		t.Errorf("queue %q; want only the holder", q)
+	}
+	_ = l.Release(ctx)
+}
+
+// TestGrantedSessionTimeout: a server that grants a shorter session than
+// asked for makes the driver refuse TTLs longer than the granted one.
+func TestGrantedSessionTimeout(t *testing.T) {
+	t.Setenv("JAVA_TOOL_OPTIONS", "")
+	srv := testserver.ZooKeeper(t, testserver.Args("maxSessionTimeout=4000"))
+	c := newFence(t, dial(t, srv.Addr(), 10*time.Second))
+	ctx := ctxT(t)
+	_, err := c.TryAcquire(ctx, "k", fence.WithTTL(6*time.Second))
+	if !errors.Is(err, fence.ErrInvalidTTL) || !strings.Contains(err.Error(), "4s") {
+		t.Errorf("TryAcquire with a TTL between the granted (4s) and the asked (10s) session timeout: %v; want ErrInvalidTTL naming 4s", err)
+	}
+	l, err := c.TryAcquire(ctx, "k", fence.WithTTL(4*time.Second))
+	if err != nil {
+		t.Fatalf("TryAcquire with a TTL of the granted session timeout: %v", err)
 	}
 	_ = l.Release(ctx)
 }

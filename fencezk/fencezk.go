@@ -61,12 +61,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -84,6 +83,7 @@ type Driver struct {
 	conn           *zk.Conn
 	ownConn        bool
 	sessionTimeout time.Duration
+	granted        *atomic.Int64 // ms, as the server granted it (Dial only)
 	root           string
 	acl            []zk.ACL
 
@@ -133,17 +133,58 @@ func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Driver {
 }
 
 // Dial connects to the ZooKeeper ensemble at servers ("host:port") with a
-// session of sessionTimeout, and returns a Driver that owns the
-// connection: Close closes it, which ends the session and frees every key
-// the driver held or waited for at once. The connection logs nothing.
+// session of sessionTimeout, waits (at most sessionTimeout) until the
+// session is established, and returns a Driver that owns the connection:
+// Close closes it, which ends the session and frees every key the driver
+// held or waited for at once. The connection logs nothing.
+//
+// The server may grant a shorter session timeout than asked (it clamps it
+// to its minSessionTimeout and maxSessionTimeout); the driver then refuses
+// lease TTLs longer than the granted one.
 func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
-	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(log.New(io.Discard, "", 0)))
+	g := &grantWatch{ready: make(chan struct{})}
+	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g))
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: connect %v: %w", servers, err)
 	}
+	select {
+	case <-g.ready:
+	case <-time.After(sessionTimeout):
+		conn.Close()
+		return nil, fmt.Errorf("fencezk: connect %v: no session within %v", servers, sessionTimeout)
+	}
 	d := New(conn, sessionTimeout, opts...)
 	d.ownConn = true
+	d.granted = &g.ms
 	return d, nil
+}
+
+// grantWatch is the connection's logger: it discards everything but learns
+// the session timeout the server granted, which go-zookeeper only logs.
+type grantWatch struct {
+	ms    atomic.Int64
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (g *grantWatch) Printf(format string, args ...any) {
+	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
+		if ms, ok := args[1].(int32); ok {
+			g.ms.Store(int64(ms))
+			g.once.Do(func() { close(g.ready) })
+		}
+	}
+}
+
+// sessionLimit is the longest TTL the driver grants: the session timeout
+// asked for, or the one the server granted if shorter and known.
+func (d *Driver) sessionLimit() time.Duration {
+	if d.granted != nil {
+		if ms := d.granted.Load(); ms > 0 {
+			return min(d.sessionTimeout, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	return d.sessionTimeout
 }
 
 // Close stops the driver's watches and, if the driver owns its connection
@@ -206,9 +247,9 @@ type entry struct {
 }
 
 func (d *Driver) checkTTL(req fence.Request) error {
-	if req.TTL > d.sessionTimeout {
+	if limit := d.sessionLimit(); req.TTL > limit {
 		return fmt.Errorf("%w: %v for key %q is longer than the ZooKeeper session timeout %v: the session could expire while the lease is valid",
-			fence.ErrInvalidTTL, req.TTL, req.Key, d.sessionTimeout)
+			fence.ErrInvalidTTL, req.TTL, req.Key, limit)
 	}
 	return nil
 }
