@@ -11,13 +11,15 @@ import (
 )
 
 func init() {
-	Register("zk", openZK, "zk://host1:2181,host2:2181/prefix?session_timeout=30s")
+	Register("zk", openZK, "zk://host1:2181,host2:2181/prefix?session_timeout=60s")
 }
 
 // openZK opens zk://h1[:2181],h2,.../prefix[?session_timeout=30s]: the
 // ensemble's servers (port 2181 by default; give every host a port or
 // none), the znode under which the locks live (default /fence), and the
-// session timeout (default 30s; lease TTLs may not exceed it).
+// session timeout (default 60s, the fence command's default TTL; lease TTLs
+// may not exceed the session timeout the server grants, which it clamps
+// to its maxSessionTimeout: 40s by default).
 func openZK(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
 	raw := u.String()
 	if u.User != nil {
@@ -27,7 +29,7 @@ func openZK(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
 	if err != nil {
 		return nil, nil, badURL(raw, "%v", err)
 	}
-	session := 30 * time.Second
+	session := 60 * time.Second
 	q := u.Query()
 	for k := range q {
 		if k != "session_timeout" {
