@@ -461,3 +461,29 @@ func TestClusterMemberKilled(t *testing.T) {
 		t.Errorf("Release: %v", err)
 	}
 }
+
+// TestCloseWhileEtcdIsDown: Close returns even when an acquisition is
+// stuck granting a session on an unreachable cluster.
+func TestCloseWhileEtcdIsDown(t *testing.T) {
+	srv := testserver.Etcd(t)
+	cli := newClient(t, srv.Endpoints())
+	d := fenceetcd.New(cli)
+	srv.Stop()
+	defer srv.Cont()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.TryAcquire(context.Background(), fence.Request{Key: "k", Owner: "o", TTL: ttl})
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { d.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close blocked by an acquisition waiting for an unreachable cluster")
+	}
+	if err := <-errc; err == nil {
+		t.Errorf("TryAcquire on an unreachable cluster succeeded")
+	}
+}

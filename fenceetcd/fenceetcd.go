@@ -120,10 +120,10 @@ func New(cli *clientv3.Client, opts ...Option) *Driver {
 // held or waited for are freed at once) and stops its goroutines. It does
 // not close the etcd client.
 func (d *Driver) Close() error {
+	d.cancel() // first: it ends a grant in progress, which holds d.mu
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
-	d.cancel()
 	d.wg.Wait()
 	return nil
 }

@@ -48,6 +48,10 @@ func (d *Driver) sessionFor(ctx context.Context, ttl time.Duration) (*session, e
 	if s := d.sessions[k]; s != nil && s.err() == nil {
 		return s, nil
 	}
+	// The grant holds d.mu: let Close end it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(d.ctx, cancel)()
 	sent := time.Now()
 	resp, err := d.cli.Grant(ctx, k)
 	if err != nil {
