@@ -190,7 +190,6 @@ func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquire
 				sent = confirmed
 			case errors.Is(err, ErrNotHeld):
 				c.releaseQuietly(claim, cfg)
-				req.Owner = newOwnerID(cfg.ownerPrefix)
 				continue
 			}
 		}

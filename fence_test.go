@@ -444,6 +444,11 @@ type queued struct {
 	wait time.Duration
 }
 
+// TryAcquire finds the key held: the grant comes only from the queue.
+func (q *queued) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	return nil, &fence.HeldError{Key: req.Key}
+}
+
 func (q *queued) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	select {
 	case <-time.After(q.wait):
