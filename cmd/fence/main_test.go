@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencing/fence/fencefile"
+	"github.com/fencing/fence/internal/testserver"
 )
 
 // fenceBin is the fence binary under test, built once by TestMain.
@@ -42,7 +43,7 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testserver.IgnoreLeaks()); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
