@@ -21,6 +21,10 @@ import (
 // look.
 func hint(err error) string {
 	addr := "the store's address"
+	var se *storeError
+	if errors.As(err, &se) && se.host != "" {
+		addr = se.host
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Addr != nil {
 		addr = op.Addr.String()
@@ -73,6 +77,10 @@ func hint(err error) string {
 		return "fence needs to create, read and write files in the store's directory: check its owner and mode, or choose another with --store"
 	case errors.Is(err, fence.ErrUnsupported):
 		return "this store cannot do that; see its page in docs/ for what it offers"
+	case se != nil && se.open && se.host != "":
+		// The driver's client library did not say why; these are the
+		// usual reasons.
+		return fmt.Sprintf("check that the store's server runs at %s, that this machine can reach it, and the credentials (--store or FENCE_STORE)", se.host)
 	}
 	return ""
 }

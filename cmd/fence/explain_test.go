@@ -113,7 +113,7 @@ func TestErrorsTellWhatToDo(t *testing.T) {
 		if strings.Contains(r.stderr, "hunter2") {
 			t.Errorf("fence %.80q printed a password:\n%s", c.args, r.stderr)
 		}
-		if strings.Count(r.stderr, "\n") > 8 {
+		if strings.Count(r.stderr, "\n") > 8 && !strings.Contains(r.stderr, "accepted forms") {
 			t.Errorf("fence %.80q: a long message for one mistake:\n%s", c.args, r.stderr)
 		}
 	}
@@ -165,6 +165,9 @@ func TestUnreachableNetworkStores(t *testing.T) {
 		}
 		if r.code == 1 && !strings.Contains(r.stderr, "127.0.0.1:1") {
 			t.Errorf("%s: the error does not name the address:\n%s", u.Scheme, r.stderr)
+		}
+		if r.code == 1 && !strings.Contains(r.stderr, "\n  ") {
+			t.Errorf("%s: no hint of what to check:\n%s", u.Scheme, r.stderr)
 		}
 		t.Logf("%s: %s", u.Scheme, r.stderr)
 	}

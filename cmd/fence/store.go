@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -40,15 +41,13 @@ func openStore(ctx context.Context, flagValue string, opts ...fence.Option) (*st
 		raw = dir
 	}
 	s := &store{raw: raw, url: storeurl.Redact(raw)}
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	drv, closer, err := storeurl.Open(ctx, raw)
+	drv, closer, err := openWithin(ctx, raw, storeTimeout)
 	if err != nil {
 		if errors.Is(err, storeurl.ErrBadURL) {
 			return nil, &usageError{msg: storeurl.Scrub(raw, err.Error()), err: err}
 		}
 		// storeurl.Open's message names the store already.
-		return nil, &storeError{err: err, text: storeurl.Scrub(raw, err.Error())}
+		return nil, &storeError{err: err, text: storeurl.Scrub(raw, err.Error()), host: s.host(), open: true}
 	}
 	s.client = fence.New(drv, opts...)
 	s.closer = closer
@@ -56,6 +55,40 @@ func openStore(ctx context.Context, flagValue string, opts ...fence.Option) (*st
 }
 
 func (s *store) Close() { s.closer.Close() }
+
+// openWithin opens the store, giving up after d even if the driver does
+// not heed its context: fence is about to exit then, and a late result
+// is closed.
+func openWithin(ctx context.Context, raw string, d time.Duration) (fence.Driver, io.Closer, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel() // the context bounds the opening only
+	type opened struct {
+		drv    fence.Driver
+		closer io.Closer
+		err    error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		drv, closer, err := storeurl.Open(ctx, raw)
+		done <- opened{drv, closer, err}
+	}()
+	select {
+	case o := <-done:
+		return o.drv, o.closer, o.err
+	case <-ctx.Done():
+		select {
+		case o := <-done: // answered just in time
+			return o.drv, o.closer, o.err
+		default:
+		}
+		go func() {
+			if o := <-done; o.err == nil {
+				o.closer.Close()
+			}
+		}()
+		return nil, nil, fmt.Errorf("open store %s: no answer within %v: %w", storeurl.Redact(raw), d, context.DeadlineExceeded)
+	}
+}
 
 // wrap turns an error of a call to the store into one that names the
 // store and shows none of its credentials. Errors that are the caller's
@@ -67,13 +100,25 @@ func (s *store) wrap(err error) error {
 		errors.Is(err, fence.ErrInvalidKey) || errors.Is(err, fence.ErrInvalidTTL) || errors.Is(err, fence.ErrInvalidOption) {
 		return err
 	}
-	return &storeError{err: err, text: "store " + s.url + ": " + storeurl.Scrub(s.raw, trimFence(err.Error()))}
+	return &storeError{err: err, text: "store " + s.url + ": " + storeurl.Scrub(s.raw, trimFence(err.Error())), host: s.host()}
+}
+
+// host returns the host part of the store URL ("h1:2379,h2:2379"), "" for
+// stores on this machine.
+func (s *store) host() string {
+	u, err := storeurl.Parse(s.raw)
+	if err != nil || u.Scheme == "file" {
+		return ""
+	}
+	return u.Host
 }
 
 // storeError is an error from the store, with the text to show for it.
 type storeError struct {
 	err  error
 	text string
+	host string // the store URL's host part, "" if none
+	open bool   // opening the store failed
 }
 
 func (e *storeError) Error() string { return e.text }
