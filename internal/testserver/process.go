@@ -290,14 +290,18 @@ func (p *Process) launchLocked() error {
 // its thread for the life of the test binary.
 var spawner = sync.OnceValue(func() chan<- func() {
 	ch := make(chan func())
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
-		for f := range ch {
-			f()
-		}
-	}()
+	go forkLoop(ch)
 	return ch
 })
+
+// forkLoop runs the spawner's functions on its own locked thread. It is
+// named so that GoleakOptions can find it.
+func forkLoop(ch chan func()) {
+	runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
+	for f := range ch {
+		f()
+	}
+}
 
 func startOnSpawner(cmd *exec.Cmd) error {
 	done := make(chan error, 1)
