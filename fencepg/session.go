@@ -181,6 +181,23 @@ func (d *SessionDriver) put(c *pgx.Conn) {
 	}
 }
 
+// drop gets rid of a connection whose statement failed and that may hold
+// a lock: after an error reported by the server the connection is sound,
+// and unlocking everything on it frees the lock at once; otherwise it is
+// closed, and the server frees the lock when it sees the connection end.
+func (d *SessionDriver) drop(conn *pgx.Conn, err error) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !conn.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+		defer cancel()
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err == nil {
+			d.put(conn)
+			return
+		}
+	}
+	_ = conn.Close(context.Background())
+}
+
 // TryAcquire implements fence.Driver: one round trip on a dedicated
 // connection, plus one to read the holder when the key is held.
 func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
@@ -195,9 +212,8 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 	)
 	err = conn.QueryRow(ctx, d.qTry, req.Key, id, req.Owner, req.Meta).Scan(&ok, &token)
 	if err != nil {
-		// Whatever happened, the lock may have been granted: closing the
-		// connection frees it.
-		_ = conn.Close(context.Background())
+		// The lock may have been granted before the statement failed.
+		d.drop(conn, err)
 		return nil, d.acquireError(ctx, req.Key, id, err)
 	}
 	if !ok {
@@ -231,7 +247,7 @@ func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.C
 	}
 	var token int64
 	if err := conn.QueryRow(ctx, d.qBump, req.Key, id, req.Owner, req.Meta).Scan(&token); err != nil {
-		_ = conn.Close(context.Background())
+		d.drop(conn, err)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
