@@ -517,6 +517,9 @@ func (c *claim) startMonitor(ctx context.Context) error {
 			case c.lost <- fmt.Errorf("fencemysql: the connection holding %q ended", c.key):
 			default:
 			}
+			// The lease's connection is dead: free its slot in the pool.
+			discard(c.conn)
+			c.d.forget(c)
 		}
 	}()
 	return nil
@@ -569,7 +572,7 @@ func (c *claim) release(ctx context.Context) error {
 	defer c.d.forget(c)
 	var main, live sql.NullInt64
 	err := c.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?), RELEASE_LOCK(?)`, c.name, c.live).Scan(&main, &live)
-	if err == nil {
+	if err == nil && c.monDone != nil {
 		// The monitor is granted the liveness lock now, and ends.
 		select {
 		case <-c.monDone:

@@ -409,6 +409,9 @@ func (c *sessionClaim) startWatch() {
 				default:
 				}
 				_ = c.conn.Close(context.Background())
+				c.d.mu.Lock()
+				delete(c.d.active, c)
+				c.d.mu.Unlock()
 				return
 			}
 		}
