@@ -19,7 +19,9 @@ import (
 const ZooKeeperTick = 200 * time.Millisecond
 
 // ZooKeeperServer is a private standalone ZooKeeper (3.8, Debian's zookeeper
-// package) whose data survives Kill and Restart.
+// package) whose data survives Kill and Restart. While Stop()ed it expires
+// nothing; on Cont it expires the sessions whose timeout passed meanwhile,
+// and a client that reconnects to it then learns its session is gone.
 type ZooKeeperServer struct {
 	*Process
 }
