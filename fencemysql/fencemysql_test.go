@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,15 +18,7 @@ import (
 	"github.com/fencing/fence/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("FENCETEST_WORKER") != "" {
-		// A contender process of the conformance suite: the suite's
-		// goroutine reading its standard input lives until the process
-		// ends, so goleak would fail every worker.
-		os.Exit(m.Run())
-	}
-	goleak.VerifyTestMain(m, testserver.GoleakOptions()...)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.GoleakOptions()...) }
 
 func openDB(t testing.TB, dsn string) *sql.DB {
 	t.Helper()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -18,15 +17,7 @@ import (
 	"github.com/fencing/fence/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("FENCETEST_WORKER") != "" {
-		// A contender process of the conformance suite: the suite's
-		// goroutine reading its standard input lives until the process
-		// ends, so goleak would fail every worker.
-		os.Exit(m.Run())
-	}
-	goleak.VerifyTestMain(m, testserver.GoleakOptions()...)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.GoleakOptions()...) }
 
 // server starts a private PostgreSQL with fencepg's tables.
 func server(t *testing.T) (*testserver.PostgresServer, *pgxpool.Pool) {
