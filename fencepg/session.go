@@ -165,7 +165,15 @@ func (d *SessionDriver) take(ctx context.Context) (*pgx.Conn, error) {
 		}
 	}
 	d.mu.Unlock()
-	return dial(ctx, d.pool)
+	conn, err := dial(ctx, d.pool)
+	if err != nil {
+		return nil, err
+	}
+	// PostgreSQL 14+ can notice during a wait that the client has gone
+	// (a waiter that crashed), instead of granting the lock to a dead
+	// connection when it is released. Older servers lack the setting.
+	_, _ = conn.Exec(ctx, "SET client_connection_check_interval = 1000")
+	return conn, nil
 }
 
 // put keeps a connection that holds no lock for a later lease.
