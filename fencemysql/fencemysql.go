@@ -405,28 +405,52 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 	return d.grant(ctx, a, req, name)
 }
 
-// wait blocks in GET_LOCK on conn until it is granted or ctx ends; then it
-// kills the statement from another connection and waits for it to end.
+// wait blocks in GET_LOCK on conn until it is granted or ctx ends. Then
+// it kills the statement from another connection, again and again until
+// it has ended (a KILL QUERY that reaches the server before the statement
+// has started kills nothing), and after a grace period kills the whole
+// connection.
 func (d *Driver) wait(ctx context.Context, conn *sql.Conn, connID int64, name string) (bool, error) {
 	stop := make(chan struct{})
-	killed := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		defer close(killed)
+		defer close(done)
 		select {
 		case <-stop:
 			return
 		case <-ctx.Done():
 		}
-		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = d.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", connID))
+		grace := time.NewTimer(killGrace)
+		defer grace.Stop()
+		tick := time.NewTicker(killEvery)
+		defer tick.Stop()
+		kill := "KILL QUERY %d"
+		for {
+			kctx, cancel := context.WithTimeout(context.Background(), killGrace)
+			_, _ = d.db.ExecContext(kctx, fmt.Sprintf(kill, connID))
+			cancel()
+			select {
+			case <-stop:
+				return
+			case <-grace.C:
+				kill = "KILL CONNECTION %d"
+			case <-tick.C:
+			}
+		}
 	}()
 	var got sql.NullInt64
 	err := conn.QueryRowContext(context.Background(), `SELECT /* fence wait */ GET_LOCK(?, ?)`, name, waitForever).Scan(&got)
 	close(stop)
-	<-killed
+	<-done
 	return got.Int64 == 1, err
 }
+
+// killEvery is how often a cancelled wait's KILL QUERY is repeated until
+// the wait ends; killGrace is when the connection itself is killed.
+const (
+	killEvery = 100 * time.Millisecond
+	killGrace = 5 * time.Second
+)
 
 // grant bumps the token of a granted attempt and starts its monitor.
 func (d *Driver) grant(ctx context.Context, a *attempt, req fence.Request, name string) (fence.Claim, error) {

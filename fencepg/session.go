@@ -265,40 +265,57 @@ func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.C
 }
 
 // cancelGrace is how long a cancelled wait may take to end after the
-// server was asked to cancel it, before the connection is cut.
+// server was first asked to cancel it, before the connection is cut.
 const cancelGrace = 5 * time.Second
 
+// cancelEvery is how often the cancel request is repeated while the wait
+// has not ended: a request that reaches the server before the statement
+// has started cancels nothing.
+const cancelEvery = 100 * time.Millisecond
+
 // waitLock runs pg_advisory_lock(id) on conn until it is granted or ctx
-// ends. On ctx's end it sends the server a cancel request for the wait and
-// waits for the statement to end, so that the server is no longer waiting
-// when it returns; it returns ctx's error even if the lock was granted
-// meanwhile (the caller closes the connection, which frees it).
+// ends. On ctx's end it sends the server cancel requests for the wait
+// until the statement ends, so that the server is no longer waiting when
+// it returns; it returns ctx's error even if the lock was granted
+// meanwhile (the caller closes the connection, which frees it, and never
+// reuses it: a cancel request may still be on its way).
 func waitLock(ctx context.Context, conn *pgx.Conn, id int64) error {
 	stop := make(chan struct{})
-	cancelled := make(chan struct{})
+	done := make(chan struct{})
+	cancelled := false
 	go func() {
+		defer close(done)
 		select {
 		case <-stop:
 			return
 		case <-ctx.Done():
 		}
-		close(cancelled)
-		cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
-		defer cancel()
-		_ = conn.PgConn().CancelRequest(cctx)
-		select {
-		case <-stop:
-		case <-cctx.Done():
-			// The server did not end the wait: cut the connection.
-			_ = conn.PgConn().Conn().SetDeadline(time.Now())
+		cancelled = true
+		grace := time.NewTimer(cancelGrace)
+		defer grace.Stop()
+		tick := time.NewTicker(cancelEvery)
+		defer tick.Stop()
+		for {
+			cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+			_ = conn.PgConn().CancelRequest(cctx)
+			cancel()
+			select {
+			case <-stop:
+				return
+			case <-grace.C:
+				// The server did not end the wait: cut the connection.
+				_ = conn.PgConn().Conn().SetDeadline(time.Now())
+				<-stop
+				return
+			case <-tick.C:
+			}
 		}
 	}()
 	_, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", id)
 	close(stop)
-	select {
-	case <-cancelled:
+	<-done
+	if cancelled {
 		return ctx.Err()
-	default:
 	}
 	return err
 }
