@@ -500,6 +500,7 @@ type claim struct {
 	released bool
 	monStop  context.CancelFunc
 	monDone  chan struct{}
+	pending  chan checkResult // a renewal check still running, if any
 }
 
 func (c *claim) Token() int64       { return c.token }
@@ -562,23 +563,44 @@ func (c *claim) sessionGone(err error) error {
 
 // Extend checks that the lease's connection is alive and still holds the
 // lock: a user-level lock has no expiry to push.
+//
+// The check runs without a deadline: the driver closes a connection whose
+// statement is cut short, which would drop the lock, while a slow check
+// only means that this renewal fails (and, if none succeeds in time, that
+// the lease ends locally; the lock stays held until Release). A check
+// still running when ctx ends is waited for by the next Extend or the
+// Release.
 func (c *claim) Extend(ctx context.Context, _ time.Duration) error {
-	// A statement cut short by a cancellation closes the connection (and
-	// frees the lock): only the deadline may end the check.
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	var mine sql.NullInt64
-	err := c.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, c.name).Scan(&mine)
+	if c.pending == nil {
+		c.pending = make(chan checkResult, 1)
+		go func(done chan<- checkResult) {
+			var r checkResult
+			r.err = c.conn.QueryRowContext(context.Background(), `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, c.name).Scan(&r.mine)
+			done <- r
+		}(c.pending)
+	}
+	var r checkResult
+	select {
+	case r = <-c.pending:
+		c.pending = nil
+	case <-ctx.Done():
+		return fmt.Errorf("fencemysql: extend %q: the check is still running: %w", c.key, ctx.Err())
+	}
 	var myErr *mysql.MySQLError
 	switch {
-	case err != nil && !errors.As(err, &myErr):
-		return c.sessionGone(err)
-	case err != nil:
-		return fmt.Errorf("fencemysql: extend %q: %w", c.key, err)
-	case mine.Int64 != 1:
+	case r.err != nil && !errors.As(r.err, &myErr):
+		return c.sessionGone(r.err)
+	case r.err != nil:
+		return fmt.Errorf("fencemysql: extend %q: %w", c.key, r.err)
+	case r.mine.Int64 != 1:
 		return fmt.Errorf("%w: %q: its connection no longer holds the lock", fence.ErrNotHeld, c.key)
 	}
 	return nil
+}
+
+type checkResult struct {
+	mine sql.NullInt64
+	err  error
 }
 
 // Release unlocks and returns the connection to the pool; if anything goes
@@ -594,6 +616,21 @@ func (c *claim) release(ctx context.Context) error {
 	c.released = true
 	c.mu.Unlock()
 	defer c.d.forget(c)
+	if c.pending != nil {
+		select {
+		case <-c.pending:
+			c.pending = nil
+		case <-ctx.Done():
+			// The connection is stuck in a check: close it once the check
+			// ends (database/sql waits for it), which frees the lock.
+			c.stopMonitor()
+			go func(pending <-chan checkResult) {
+				<-pending
+				discard(c.conn)
+			}(c.pending)
+			return fmt.Errorf("fencemysql: release %q: %w (connection closed, which frees the lock)", c.key, ctx.Err())
+		}
+	}
 	var main, live sql.NullInt64
 	err := c.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?), RELEASE_LOCK(?)`, c.name, c.live).Scan(&main, &live)
 	if err == nil && c.monDone != nil {

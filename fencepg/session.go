@@ -125,6 +125,10 @@ func (d *SessionDriver) Close() error {
 	}
 	for _, c := range active {
 		c.stopWatch()
+		if c.pending != nil {
+			_ = c.conn.PgConn().Conn().SetDeadline(time.Now())
+			<-c.pending
+		}
 		c.discard()
 	}
 	return nil
@@ -409,6 +413,7 @@ type sessionClaim struct {
 
 	watchStop context.CancelFunc
 	watchDone chan struct{}
+	pending   chan checkResult // a renewal check still running, if any
 }
 
 func (c *sessionClaim) Token() int64       { return c.token }
@@ -460,45 +465,48 @@ func (c *sessionClaim) discard() {
 	c.d.mu.Unlock()
 }
 
-// detach returns a context with ctx's values and deadline but not its
-// cancellation.
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	d, ok := ctx.Deadline()
-	ctx = context.WithoutCancel(ctx)
-	if !ok {
-		return context.WithCancel(ctx)
-	}
-	return context.WithDeadline(ctx, d)
-}
-
 func (c *sessionClaim) sessionGone(err error) error {
 	return fmt.Errorf("%w: %q: the session holding it ended: %v", fence.ErrNotHeld, c.key, err)
 }
 
 // Extend checks that the connection is alive and still holds the lock. An
 // advisory lock has no expiry to push: it lasts as long as the session.
+//
+// The check runs without a deadline: a statement cut short would leave the
+// connection unusable and so drop the lock, while a slow check only means
+// that this renewal fails (and, if none succeeds in time, that the lease
+// ends locally; the lock stays held until Release). A check still running
+// when ctx ends is waited for by the next Extend or the Release.
 func (c *sessionClaim) Extend(ctx context.Context, _ time.Duration) error {
 	c.stopWatch()
 	if c.conn.IsClosed() {
 		c.discard()
 		return c.sessionGone(errors.New("connection closed"))
 	}
-	// A statement cut short leaves the connection unusable, which ends the
-	// lease: so only the deadline ends the check, not a cancellation (the
-	// Client cancels a renewal in flight when the lease is released).
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	classid, objid := lockParts(c.id)
-	var mine bool
-	err := c.conn.QueryRow(ctx, c.d.qMine, classid, objid).Scan(&mine)
+	if c.pending == nil {
+		c.pending = make(chan checkResult, 1)
+		classid, objid := lockParts(c.id)
+		go func(done chan<- checkResult) {
+			var r checkResult
+			r.err = c.conn.QueryRow(context.Background(), c.d.qMine, classid, objid).Scan(&r.mine)
+			done <- r
+		}(c.pending)
+	}
+	var r checkResult
+	select {
+	case r = <-c.pending:
+		c.pending = nil
+	case <-ctx.Done():
+		return fmt.Errorf("fencepg: extend %q: the check is still running: %w", c.key, ctx.Err())
+	}
 	switch {
-	case err != nil && (c.conn.IsClosed() || ctx.Err() != nil):
+	case r.err != nil && c.conn.IsClosed():
 		c.discard()
-		return c.sessionGone(err)
-	case err != nil:
+		return c.sessionGone(r.err)
+	case r.err != nil:
 		c.startWatch()
-		return fmt.Errorf("fencepg: extend %q: %w", c.key, err)
-	case !mine:
+		return fmt.Errorf("fencepg: extend %q: %w", c.key, r.err)
+	case !r.mine:
 		c.discard()
 		return fmt.Errorf("%w: %q: its session no longer holds the advisory lock", fence.ErrNotHeld, c.key)
 	}
@@ -506,10 +514,28 @@ func (c *sessionClaim) Extend(ctx context.Context, _ time.Duration) error {
 	return nil
 }
 
+type checkResult struct {
+	mine bool
+	err  error
+}
+
 // Release unlocks and keeps the connection for a later lease; if anything
 // goes wrong it closes the connection, which frees the lock too.
 func (c *sessionClaim) Release(ctx context.Context) error {
 	c.stopWatch()
+	if c.pending != nil {
+		select {
+		case <-c.pending:
+			c.pending = nil
+		case <-ctx.Done():
+			// The connection is stuck in a check: cut it, which frees the
+			// lock when the server sees it end.
+			_ = c.conn.PgConn().Conn().SetDeadline(time.Now())
+			<-c.pending
+			c.discard()
+			return fmt.Errorf("fencepg: release %q: %w (connection closed, which frees the lock)", c.key, ctx.Err())
+		}
+	}
 	if c.conn.IsClosed() {
 		c.discard()
 		return c.sessionGone(errors.New("connection closed"))
