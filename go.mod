@@ -1,5 +1,11 @@
 module github.com/fencing/fence
 
-go 1.26
+go 1.26.0
 
-require go.uber.org/goleak v1.3.0 // indirect
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)
