@@ -52,15 +52,15 @@ type hub struct {
 	wg    sync.WaitGroup // receive loops
 
 	mu      sync.Mutex
-	sharded *bool                // nil until known
+	sharded *bool               // nil until known
 	conns   map[string]*subConn // by master address; "" for the only one
 	closed  bool
 }
 
 // subConn is one subscription connection.
 type subConn struct {
-	h       *hub
-	addr    string
+	h        *hub
+	addr     string
 	ps       *redis.PubSub
 	sharded  bool
 	stop     chan struct{} // closed by shutdown
