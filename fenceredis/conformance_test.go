@@ -26,3 +26,27 @@ func TestConformanceSingle(t *testing.T) {
 		Open:  func(c string) (fence.Driver, func() error, error) { return open(c) },
 	})
 }
+
+func TestConformanceCluster(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL:   suiteTTL,
+		Setup: store(func(t *testing.T) string { return connectCluster(testserver.RedisCluster(t, 3)) }),
+		Open:  func(c string) (fence.Driver, func() error, error) { return open(c) },
+	})
+}
+
+func TestConformanceRedlock3(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL:   suiteTTL,
+		Setup: store(func(t *testing.T) string { return connectRedlock(testserver.Redises(t, 3)) }),
+		Open:  func(c string) (fence.Driver, func() error, error) { return open(c) },
+	})
+}
+
+func TestConformanceRedlock5(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL:   suiteTTL,
+		Setup: store(func(t *testing.T) string { return connectRedlock(testserver.Redises(t, 5)) }),
+		Open:  func(c string) (fence.Driver, func() error, error) { return open(c) },
+	})
+}
