@@ -19,7 +19,7 @@ import (
 // "redlock:A,B,C".
 
 func newClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 }
 
 func newClusterClient(addrs []string) *redis.ClusterClient {

@@ -42,11 +42,16 @@ local function next_token()
 end
 `
 
-// acquireScript takes the lock and issues its token in one step.
+// acquireScript takes the lock and issues its token in one step. If the
+// lock is already this owner's, the request is a retry (go-redis retries
+// a command whose reply was lost) and gets the token issued the first time.
 // ARGV: owner, ttl ms, counter ttl ms, meta JSON.
 // Reply: {1, token} or heldReply.
 var acquireScript = redis.NewScript(heldReply + nextToken + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return {1, redis.call('HGET', KEYS[2], 'token') or false}
+  end
   return held()
 end
 local token = string.format('%d', next_token())
@@ -57,10 +62,13 @@ return {1, token}
 `)
 
 // reserveScript is Redlock's first phase on one server: take the lock and
-// propose a token without issuing it.
+// propose a token without issuing it. A retry proposes again.
 // ARGV: owner, ttl ms, meta JSON. Reply: {1, proposed token} or heldReply.
 var reserveScript = redis.NewScript(heldReply + nextToken + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return {1, string.format('%d', next_token())}
+  end
   return held()
 end
 redis.call('HSET', KEYS[2], 'meta', ARGV[3])
