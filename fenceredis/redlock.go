@@ -3,11 +3,14 @@ package fenceredis
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -98,36 +101,55 @@ type outcome[T any] struct {
 }
 
 // gather calls call on every store at once and collects the answers in the
-// order they arrive until stop says enough (nil: wait for all). Calls still
-// running then are cancelled and finish in the background.
-func gather[T any](ctx context.Context, stores []*Store, call func(context.Context, *Store) (T, error),
-	stop func([]outcome[T]) bool) []outcome[T] {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// order they arrive until stop says enough (nil: all of them) or ctx ends.
+// Calls still running then carry on in the background until they finish or
+// deadline passes: an acquire or extend that has its quorum still lands on
+// the slower servers, so the lease does not hang on a bare quorum that the
+// loss of one more server would end.
+func gather[T any](ctx context.Context, deadline time.Time, stores []*Store,
+	call func(context.Context, *Store) (T, error), stop func([]outcome[T]) bool) []outcome[T] {
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	ch := make(chan outcome[T], len(stores))
+	var calls sync.WaitGroup
 	for _, s := range stores {
-		go func() {
-			v, err := call(ctx, s)
+		calls.Go(func() {
+			v, err := call(callCtx, s)
 			ch <- outcome[T]{v, err}
-		}()
+		})
 	}
+	go func() {
+		calls.Wait()
+		cancel()
+	}()
 	got := make([]outcome[T], 0, len(stores))
-	for range stores {
-		got = append(got, <-ch)
-		if stop != nil && stop(got) {
-			break
+	for len(got) < len(stores) {
+		select {
+		case o := <-ch:
+			got = append(got, o)
+			if stop != nil && stop(got) {
+				return got
+			}
+		case <-ctx.Done():
+			return got
 		}
 	}
 	return got
 }
 
-// tally counts answers: ok, refused (a definite no from the server) and
-// failed (an error).
-func tally[T any](got []outcome[T], ok func(T) bool) (yes, no, failed int, errs []error) {
+// deadlineOf returns ctx's deadline, or d from now if it has none.
+func deadlineOf(ctx context.Context, d time.Duration) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(d)
+}
+
+// tally counts the answers of n servers: yes, no (a definite no from the
+// server) and failed (an error, or no answer yet).
+func tally[T any](n int, got []outcome[T], ok func(T) bool) (yes, no, failed int, errs []error) {
 	for _, o := range got {
 		switch {
 		case o.err != nil:
-			failed++
 			errs = append(errs, o.err)
 		case ok(o.v):
 			yes++
@@ -135,14 +157,18 @@ func tally[T any](got []outcome[T], ok func(T) bool) (yes, no, failed int, errs 
 			no++
 		}
 	}
-	return
+	if missing := n - len(got); missing > 0 {
+		errs = append(errs, fmt.Errorf("%d servers did not answer in time", missing))
+	}
+	return yes, no, n - yes - no, errs
 }
 
-// decided returns a stop function for gather: stop once a quorum said yes
-// or can no longer say yes.
+// decided returns a stop function for gather over n servers: stop once a
+// quorum said yes or can no longer say yes.
 func decided[T any](n, quorum int, ok func(T) bool) func([]outcome[T]) bool {
 	return func(got []outcome[T]) bool {
-		yes, no, failed, _ := tally(got, ok)
+		yes, no, _, _ := tally(len(got), got, ok)
+		failed := len(got) - yes - no
 		return yes >= quorum || no+failed > n-quorum
 	}
 }
@@ -164,12 +190,20 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 	defer cancel()
 	n := len(r.stores)
 
-	// Phase 1: take the lock and collect the proposed tokens.
-	got := gather(phaseCtx, r.stores, func(ctx context.Context, s *Store) (reservation, error) {
-		return s.reserve(ctx, req)
+	// Phase 1: take the lock and collect the proposed tokens. Once the
+	// attempt is abandoned, a server that grants it late lets go again.
+	req.Owner = attemptValue(req.Owner)
+	var abandoned atomic.Bool
+	got := gather(phaseCtx, deadline, r.stores, func(ctx context.Context, s *Store) (reservation, error) {
+		res, err := s.reserve(ctx, req)
+		if err == nil && res.ok && abandoned.Load() {
+			_ = s.release(ctx, req.Key, req.Owner)
+		}
+		return res, err
 	}, decided(n, r.quorum, reservation.granted))
-	yes, _, failed, errs := tally(got, reservation.granted)
+	yes, _, failed, errs := tally(n, got, reservation.granted)
 	if yes < r.quorum {
+		abandoned.Store(true)
 		r.rollback(ctx, req)
 		if failed > n-r.quorum {
 			return nil, r.noQuorum("acquire", req.Key, yes, errs)
@@ -193,15 +227,17 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 	}
 
 	// Phase 2: raise a quorum's counters to the chosen token.
-	raised := gather(phaseCtx, holders, func(ctx context.Context, s *Store) (bool, error) {
+	raised := gather(phaseCtx, deadline, holders, func(ctx context.Context, s *Store) (bool, error) {
 		return s.raise(ctx, req.Key, req.Owner, token, req.TTL)
 	}, decided(len(holders), r.quorum, isTrue))
-	yes, _, _, errs = tally(raised, isTrue)
+	yes, _, _, errs = tally(len(holders), raised, isTrue)
 	if yes < r.quorum {
+		abandoned.Store(true)
 		r.rollback(ctx, req)
 		return nil, r.noQuorum("acquire", req.Key, yes, errs)
 	}
 	if elapsed := time.Since(start); elapsed >= req.TTL-drift(req.TTL) {
+		abandoned.Store(true)
 		r.rollback(ctx, req)
 		return nil, fmt.Errorf("%w: acquire %q took %v, past the lease's validity", ErrNoQuorum, req.Key, elapsed)
 	}
@@ -217,19 +253,30 @@ func (r *Redlock) noQuorum(op, key string, yes int, errs []error) error {
 
 // rollback deletes a failed acquisition's locks on every server
 // (compare-and-delete: servers where it did not get the lock are
-// untouched).
+// untouched), waiting at most the TTL, after which they expire anyway.
 func (r *Redlock) rollback(ctx context.Context, req fence.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.TTL)
 	defer cancel()
-	gather(ctx, r.stores, func(ctx context.Context, s *Store) (struct{}, error) {
+	gather(ctx, time.Now().Add(req.TTL), r.stores, func(ctx context.Context, s *Store) (struct{}, error) {
 		return struct{}{}, s.release(ctx, req.Key, req.Owner)
 	}, nil)
+}
+
+// attemptValue is what one acquisition attempt stores as the lock's value
+// on every server: the owner and a random nonce. The Client retries a
+// waiting acquisition with the same owner; with the nonce, a late rollback
+// or a late grant of one attempt can never touch the lock of the next.
+// Holders are reported with the owner alone (ownerOf).
+func attemptValue(owner string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return owner + attemptSep + hex.EncodeToString(b[:])
 }
 
 type redlockClaim struct {
 	r     *Redlock
 	key   string
-	owner string
+	owner string // the attempt's value
 	token int64
 }
 
@@ -238,33 +285,34 @@ func (c *redlockClaim) Token() int64 { return c.token }
 // Extend is compare-and-PEXPIRE on every server; a quorum must agree.
 func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 	r, n := c.r, len(c.r.stores)
-	got := gather(ctx, r.stores, func(ctx context.Context, s *Store) (bool, error) {
+	got := gather(ctx, deadlineOf(ctx, ttl), r.stores, func(ctx context.Context, s *Store) (bool, error) {
 		return notHeldIsFalse(s.extend(ctx, c.key, c.owner, ttl))
 	}, decided(n, r.quorum, isTrue))
-	yes, no, _, errs := tally(got, isTrue)
+	yes, no, _, errs := tally(n, got, isTrue)
 	switch {
 	case yes >= r.quorum:
 		return nil
 	case no > n-r.quorum:
 		return fmt.Errorf("%w: %q is held by %s on %d of %d servers, fewer than a quorum of %d",
-			fence.ErrNotHeld, c.key, c.owner, n-no, n, r.quorum)
+			fence.ErrNotHeld, c.key, ownerOf(c.owner), n-no, n, r.quorum)
 	}
 	return r.noQuorum("extend", c.key, yes, errs)
 }
 
-// Release is compare-and-DEL on every server.
+// Release is compare-and-DEL on every server. It returns once a quorum
+// released (the rest carry on in the background).
 func (c *redlockClaim) Release(ctx context.Context) error {
 	r, n := c.r, len(c.r.stores)
-	got := gather(ctx, r.stores, func(ctx context.Context, s *Store) (bool, error) {
+	got := gather(ctx, deadlineOf(ctx, time.Minute), r.stores, func(ctx context.Context, s *Store) (bool, error) {
 		return notHeldIsFalse(s.release(ctx, c.key, c.owner))
-	}, nil)
-	yes, no, _, errs := tally(got, isTrue)
+	}, decided(n, r.quorum, isTrue))
+	yes, no, _, errs := tally(n, got, isTrue)
 	switch {
 	case yes >= r.quorum:
 		return nil
 	case no > n-r.quorum:
 		return fmt.Errorf("%w: %q was held by %s on %d of %d servers, fewer than a quorum of %d",
-			fence.ErrNotHeld, c.key, c.owner, yes, n, r.quorum)
+			fence.ErrNotHeld, c.key, ownerOf(c.owner), yes, n, r.quorum)
 	}
 	return r.noQuorum("release", c.key, yes, errs)
 }
@@ -280,7 +328,7 @@ func notHeldIsFalse(err error) (bool, error) {
 // name, with the highest token among them and the time until fewer than a
 // quorum would hold it.
 func (r *Redlock) Inspect(ctx context.Context, key string) (fence.Holder, error) {
-	got := gather(ctx, r.stores, func(ctx context.Context, s *Store) (fence.Holder, error) {
+	got := gather(ctx, deadlineOf(ctx, time.Minute), r.stores, func(ctx context.Context, s *Store) (fence.Holder, error) {
 		h, err := s.Inspect(ctx, key)
 		if errors.Is(err, fence.ErrNotHeld) {
 			return fence.Holder{}, nil
@@ -308,7 +356,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (fence.Holder, error)
 // List implements fence.Lister: Store.List on every server (a SCAN of each
 // whole keyspace), keeping the keys a quorum agree on.
 func (r *Redlock) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
-	got := gather(ctx, r.stores, func(ctx context.Context, s *Store) ([]fence.Holder, error) {
+	got := gather(ctx, deadlineOf(ctx, time.Minute), r.stores, func(ctx context.Context, s *Store) ([]fence.Holder, error) {
 		return s.List(ctx, prefix)
 	}, nil)
 	byKey := make(map[string][]fence.Holder)
@@ -369,31 +417,27 @@ func combine(key string, hs []fence.Holder, quorum int) (h fence.Holder, ok bool
 }
 
 // Watch implements fence.Watcher: it subscribes to the key's release
-// channel on every server and succeeds if at least one subscription does.
-// A release is announced on every server that held the lock, so a
-// subscription on a quorum is sure to hear it; with fewer the Client's
-// polling covers what is missed.
+// channel on every server and returns once a quorum of subscriptions are
+// in effect, or, failing that, once every server has answered and at least
+// one subscription is. A release is announced on every server that held
+// the lock, so subscriptions on a quorum are sure to hear it; with fewer,
+// the Client's polling covers what is missed. Subscriptions on slow
+// servers carry on in the background until ctx is done.
 func (r *Redlock) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	ch := make(chan struct{}, 1)
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		ok   int
-		errs []error
-	)
+	results := make(chan error, len(r.stores))
 	for _, s := range r.stores {
-		wg.Go(func() {
-			err := s.hub.watch(ctx, s.names(key).channel, ch)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-			} else {
-				ok++
-			}
-		})
+		go func() { results <- s.hub.watch(ctx, s.names(key).channel, ch) }()
 	}
-	wg.Wait()
+	var ok int
+	var errs []error
+	for range r.stores {
+		if err := <-results; err != nil {
+			errs = append(errs, err)
+		} else if ok++; ok >= r.quorum {
+			return ch, nil
+		}
+	}
 	if ok == 0 {
 		return nil, fmt.Errorf("fenceredis: watch %q: no server: %w", key, errors.Join(errs...))
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -180,7 +181,7 @@ func parseHolder(key string, vals []any) (h fence.Holder, held bool, err error) 
 	if !isString {
 		return h, false, nil
 	}
-	h.Owner = owner
+	h.Owner = ownerOf(owner)
 	if pttl, _ := vals[2].(int64); pttl > 0 {
 		h.ExpiresIn = time.Duration(pttl) * time.Millisecond
 	}
@@ -191,6 +192,16 @@ func parseHolder(key string, vals []any) (h fence.Holder, held bool, err error) 
 		_ = json.Unmarshal([]byte(m), &h.Meta) // metadata is informational
 	}
 	return h, true, nil
+}
+
+// attemptSep separates the owner from a Redlock attempt's nonce in a lock
+// value. Owner ids are printable, so it never occurs in one.
+const attemptSep = "\x1f"
+
+// ownerOf returns the owner id in a lock value.
+func ownerOf(value string) string {
+	owner, _, _ := strings.Cut(value, attemptSep)
+	return owner
 }
 
 func toInt(v any) (int64, error) {
