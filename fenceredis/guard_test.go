@@ -230,4 +230,3 @@ func TestGuardCluster(t *testing.T) {
 		}
 	}
 }
-
