@@ -19,6 +19,7 @@ import (
 type Client struct {
 	drv Driver
 	cfg config
+	obs *observer
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
@@ -31,7 +32,8 @@ func New(drv Driver, opts ...Option) *Client {
 	if drv == nil {
 		panic("fence: New with nil Driver")
 	}
-	return &Client{drv: drv, cfg: defaultConfig().with(opts), leases: make(map[*Lease]struct{})}
+	cfg := defaultConfig().with(opts)
+	return &Client{drv: drv, cfg: cfg, obs: newObserver(drv, cfg), leases: make(map[*Lease]struct{})}
 }
 
 // Driver returns the Client's driver, for access to its optional
@@ -103,7 +105,12 @@ func (c *Client) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (c *Client) acquire(ctx context.Context, key string, cfg config, wait bool) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, key string, cfg config, wait bool) (l *Lease, err error) {
+	start := time.Now()
+	var waited time.Duration
+	spanCtx, span := c.obs.startAcquire(ctx, key, wait)
+	defer func() { c.obs.endAcquire(spanCtx, span, key, l, err, start, waited) }()
+
 	if err := cfg.validate(key); err != nil {
 		return nil, err
 	}
@@ -111,43 +118,52 @@ func (c *Client) acquire(ctx context.Context, key string, cfg config, wait bool)
 		return nil, err
 	}
 	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta)}
-	if !wait {
-		sent := time.Now()
-		claim, err := c.drv.TryAcquire(ctx, req)
-		if err != nil {
-			return nil, c.acquireError(ctx, key, err)
+
+	// The first attempt is the same for every store and every mode: one
+	// try, which is the whole uncontended path.
+	sent := time.Now()
+	claim, err := c.drv.TryAcquire(spanCtx, req)
+	if err == nil {
+		l, err = c.grant(ctx, cfg, req, claim, sent)
+		if !wait || !errors.Is(err, errLateReply) {
+			return l, err
 		}
-		return c.grant(ctx, cfg, req, claim, sent)
+	}
+	var held *HeldError
+	if err != nil && !errors.Is(err, errLateReply) && (!wait || !errors.As(err, &held)) {
+		return nil, c.acquireError(ctx, key, err)
 	}
 
-	waitCtx := ctx
+	waitStart := time.Now()
+	defer func() { waited = time.Since(waitStart) }()
+	waitCtx := spanCtx
 	if cfg.wait > 0 {
 		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitTimeout)
+		waitCtx, cancel = context.WithTimeoutCause(spanCtx, cfg.wait, errWaitTimeout)
 		defer cancel()
 	}
 	if b, ok := c.drv.(BlockingAcquirer); ok {
-		return c.acquireBlocking(ctx, waitCtx, b, cfg, req)
+		return c.acquireBlocking(ctx, waitCtx, b, cfg, req, held)
 	}
-	return c.acquirePolling(ctx, waitCtx, cfg, req)
+	return c.acquirePolling(ctx, waitCtx, cfg, req, held)
 }
 
 var errWaitTimeout = errors.New("fence: wait timeout")
 
 // acquireBlocking waits inside a driver whose store queues waiters.
-func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg config, req Request) (*Lease, error) {
+func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg config, req Request, held *HeldError) (*Lease, error) {
 	for {
+		req.Owner = newOwnerID(cfg.ownerPrefix)
 		sent := time.Now()
 		claim, err := b.Acquire(waitCtx, req)
 		if err != nil {
 			if waitCtx.Err() != nil {
-				return nil, c.waitEnded(ctx, waitCtx, req.Key, nil)
+				return nil, c.waitEnded(ctx, waitCtx, req.Key, held)
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}
 		l, err := c.grant(ctx, cfg, req, claim, sent)
 		if errors.Is(err, errLateReply) {
-			req.Owner = newOwnerID(cfg.ownerPrefix)
 			continue
 		}
 		return l, err
@@ -164,14 +180,14 @@ const (
 
 // acquirePolling retries TryAcquire, sleeping between attempts until a
 // notification from a Watcher, the holder's reported expiry, or a jittered
-// exponential backoff.
-func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Request) (*Lease, error) {
+// exponential backoff. held is what the first attempt found, nil if its
+// reply came too late.
+func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Request, held *HeldError) (*Lease, error) {
 	var (
-		notify   <-chan struct{}
-		watched  bool
-		lastHeld *HeldError
-		backoff  = minPoll
-		timer    = time.NewTimer(time.Hour)
+		notify  <-chan struct{}
+		watched bool
+		backoff = minPoll
+		timer   = time.NewTimer(time.Hour)
 	)
 	timer.Stop()
 	defer timer.Stop()
@@ -179,58 +195,58 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Re
 	defer stopWatch()
 
 	for {
+		// Subscribe once, then try again at once: a release between the
+		// failed attempt and the subscription would otherwise go unseen.
+		if w, ok := c.drv.(Watcher); ok && !watched {
+			watched = true
+			if ch, err := w.Watch(watchCtx, req.Key); err == nil {
+				notify = ch
+			} else {
+				cfg.logger.Warn("fence: watch failed; polling instead", "key", req.Key, "err", err)
+			}
+		} else if held != nil {
+			delay := backoff
+			if notify != nil {
+				delay = maxPoll
+			}
+			delay = rand.N(delay/2+1) + delay/2 // jitter: [delay/2, delay]
+			if h := held.Holder; h != nil && h.ExpiresIn > 0 && h.ExpiresIn+time.Millisecond < delay {
+				delay = h.ExpiresIn + time.Millisecond
+			}
+			timer.Reset(delay)
+			select {
+			case <-waitCtx.Done():
+				return nil, c.waitEnded(ctx, waitCtx, req.Key, held)
+			case _, ok := <-notify:
+				if !ok {
+					notify = nil // the watch broke: poll
+				}
+				backoff = minPoll
+			case <-timer.C:
+				backoff = min(backoff*2, maxPoll)
+			}
+			timer.Stop()
+		}
+
+		req.Owner = newOwnerID(cfg.ownerPrefix)
 		sent := time.Now()
 		claim, err := c.drv.TryAcquire(waitCtx, req)
 		if err == nil {
 			l, err := c.grant(ctx, cfg, req, claim, sent)
 			if errors.Is(err, errLateReply) {
-				req.Owner = newOwnerID(cfg.ownerPrefix)
+				held = nil
 				continue
 			}
 			return l, err
 		}
-		var held *HeldError
-		if !errors.As(err, &held) {
+		var h *HeldError
+		if !errors.As(err, &h) {
 			if waitCtx.Err() != nil {
-				return nil, c.waitEnded(ctx, waitCtx, req.Key, lastHeld)
+				return nil, c.waitEnded(ctx, waitCtx, req.Key, held)
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}
-		lastHeld = held
-
-		// Subscribe once, then try again at once: a release between the
-		// failed attempt and the subscription would otherwise go unseen.
-		if w, ok := c.drv.(Watcher); ok && !watched {
-			watched = true
-			ch, err := w.Watch(watchCtx, req.Key)
-			if err == nil {
-				notify = ch
-				continue
-			}
-			cfg.logger.Warn("fence: watch failed; polling instead", "key", req.Key, "err", err)
-		}
-
-		delay := backoff
-		if notify != nil {
-			delay = maxPoll
-		}
-		delay = rand.N(delay/2+1) + delay/2 // jitter: [delay/2, delay]
-		if held.Holder != nil && held.Holder.ExpiresIn > 0 && held.Holder.ExpiresIn+time.Millisecond < delay {
-			delay = held.Holder.ExpiresIn + time.Millisecond
-		}
-		timer.Reset(delay)
-		select {
-		case <-waitCtx.Done():
-			return nil, c.waitEnded(ctx, waitCtx, req.Key, lastHeld)
-		case _, ok := <-notify:
-			if !ok {
-				notify = nil // the watch broke: poll
-			}
-			backoff = minPoll
-		case <-timer.C:
-			backoff = min(backoff*2, maxPoll)
-		}
-		timer.Stop()
+		held = h
 	}
 }
 

@@ -73,6 +73,8 @@ func Admissible(token, highest int64, strict bool) bool {
 type MemoryGuard struct {
 	// Strict makes the guard admit only tokens above the highest admitted.
 	Strict bool
+	// Metrics, if set, counts admissions and refusals.
+	Metrics *GuardMetrics
 
 	mu      sync.Mutex
 	highest map[string]int64
@@ -80,20 +82,7 @@ type MemoryGuard struct {
 
 // Admit implements Guard.
 func (g *MemoryGuard) Admit(ctx context.Context, resource string, token int64) error {
-	if err := CheckToken(resource, token); err != nil {
-		return err
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	h := g.highest[resource]
-	if !Admissible(token, h, g.Strict) {
-		return &StaleError{Resource: resource, Token: token, Highest: h, Strict: g.Strict}
-	}
-	if g.highest == nil {
-		g.highest = make(map[string]int64)
-	}
-	g.highest[resource] = token
-	return nil
+	return g.Do(ctx, resource, token, func() error { return nil })
 }
 
 // Highest returns the highest token admitted for resource, 0 if none.
@@ -114,11 +103,14 @@ func (g *MemoryGuard) Do(ctx context.Context, resource string, token int64, writ
 	defer g.mu.Unlock()
 	h := g.highest[resource]
 	if !Admissible(token, h, g.Strict) {
-		return &StaleError{Resource: resource, Token: token, Highest: h, Strict: g.Strict}
+		err := &StaleError{Resource: resource, Token: token, Highest: h, Strict: g.Strict}
+		g.Metrics.Record(ctx, err)
+		return err
 	}
 	if g.highest == nil {
 		g.highest = make(map[string]int64)
 	}
 	g.highest[resource] = token
+	g.Metrics.Record(ctx, nil)
 	return write()
 }

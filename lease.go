@@ -135,6 +135,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	defer cancel()
 	sent := time.Now()
 	err := l.extend(ctx)
+	l.c.obs.renewed(ctx, l, err, sent)
 	if err == nil {
 		l.extendValidity(sent)
 		return l.Err()
@@ -178,16 +179,21 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	<-l.loopDone
+	start := time.Now()
 	err := l.releaseClaim(ctx)
+	var reason LossReason
 	switch {
 	case err == nil:
-		return nil
 	case errors.Is(err, ErrNotHeld):
 		// The store had already let the lease go behind our back.
-		return &LostError{Key: l.key, Token: l.token, Reason: LossRefused, Err: err}
+		reason = LossRefused
+		err = &LostError{Key: l.key, Token: l.token, Reason: reason, Err: err}
 	default:
-		return fmt.Errorf("fence: release %q (token %d): %w", l.key, l.token, err)
+		err = fmt.Errorf("fence: release %q (token %d): %w", l.key, l.token, err)
 	}
+	l.c.obs.ended(ctx, l, reason)
+	l.c.obs.released(ctx, l, err, start)
+	return err
 }
 
 func (l *Lease) releaseClaim(ctx context.Context) error {
@@ -252,10 +258,17 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 	sent := time.Now()
 	err := l.extend(ctx)
 	cancel()
+	if l.ctx.Err() == nil {
+		l.c.obs.renewed(l.ctx, l, err, sent)
+	}
 	switch {
 	case l.ctx.Err() != nil:
 		return 0, false
 	case err == nil:
+		if left := time.Until(deadline); left < l.cfg.ttl/6 {
+			l.cfg.logger.Warn("fence: renewal succeeded close to the end of the lease's validity; the store is slow or the renew interval too long",
+				"key", l.key, "token", l.token, "validity_left", left, "renew_took", time.Since(sent))
+		}
 		l.extendValidity(sent)
 		return interval, true
 	case errors.Is(err, ErrNotHeld):
@@ -306,5 +319,6 @@ func (l *Lease) lose(reason LossReason, err error) {
 	l.cancel(lost)
 	l.mu.Unlock()
 	l.c.forget(l)
+	l.c.obs.ended(context.WithoutCancel(l.ctx), l, reason)
 	l.cfg.logger.Error("fence: lease lost", "key", l.key, "token", l.token, "reason", string(reason), "err", err)
 }

@@ -6,6 +6,9 @@ import (
 	"maps"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults for the options. Each can be changed per Client (in New) and per
@@ -37,6 +40,12 @@ type config struct {
 	skipIfHeld  bool
 	holdAtLeast time.Duration
 	err         error // first invalid option
+
+	// Read by New only.
+	meterProvider  metric.MeterProvider
+	tracerProvider trace.TracerProvider
+	keyAttribute   bool
+	storeName      string
 }
 
 func defaultConfig() config {

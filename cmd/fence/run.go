@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fencing/fence"
+	"golang.org/x/sys/unix"
+)
+
+// forwarded are the signals "fence run" passes on to CMD. INT, TERM, HUP
+// and QUIT also end a wait for the key, and a --hold-at-least hold.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+func stops(s os.Signal) bool {
+	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP || s == syscall.SIGQUIT
+}
+
+func sigName(s os.Signal) string {
+	if n, ok := s.(syscall.Signal); ok {
+		if name := unix.SignalName(n); name != "" {
+			return name
+		}
+	}
+	return s.String()
+}
+
+func sigExit(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return exitError
+}
+
+type runFlags struct {
+	store, key      string
+	ttl, wait, hold time.Duration
+	grace           time.Duration
+	noWait, json    bool
+	argv            []string
+}
+
+func parseRun(args []string, stderr io.Writer) (runFlags, error) {
+	var f runFlags
+	fs, store, jsonOut := newFlags("run", "fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait] [--hold-at-least D] [--grace 10s] [--json] -- CMD ARGS...", stderr)
+	fs.StringVar(&f.key, "key", "", "the lock's key (required)")
+	fs.DurationVar(&f.ttl, "ttl", 60*time.Second, "lease TTL; fence renews the lease every TTL/3 while CMD runs")
+	fs.DurationVar(&f.wait, "wait", 0, "wait at most this long for a held key, then exit 75 (default: wait until it is free)")
+	fs.BoolVar(&f.noWait, "no-wait", false, "if the key is held, exit 75 at once instead of waiting")
+	fs.DurationVar(&f.hold, "hold-at-least", 0, "keep the key after CMD ends until this long after it was acquired")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "when the lease is lost, time between SIGTERM and SIGKILL to CMD")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	f.store, f.json, f.argv = *store, *jsonOut, fs.Args()
+	waitSet := false
+	fs.Visit(func(fl *flag.Flag) { waitSet = waitSet || fl.Name == "wait" })
+	switch {
+	case f.key == "":
+		return f, usagef("run: --key is required")
+	case len(f.argv) == 0:
+		return f, usagef("run: no command given; usage: fence run --key K -- CMD ARGS...")
+	case f.noWait && waitSet:
+		return f, usagef("run: --wait and --no-wait exclude each other")
+	case f.ttl <= 0:
+		return f, usagef("run: --ttl %v must be positive", f.ttl)
+	case f.wait < 0, f.hold < 0, f.grace < 0:
+		return f, usagef("run: --wait, --hold-at-least and --grace must not be negative")
+	}
+	return f, fence.ValidateKey(f.key)
+}
+
+func cmdRun(args []string, stderr io.Writer) int {
+	f, err := parseRun(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		var ue *usageError
+		if errors.As(err, &ue) || errors.Is(err, fence.ErrInvalidKey) {
+			return exitFor(stderr, err)
+		}
+		return exitUsage // the flag package has printed the problem
+	}
+
+	// From here on, signals are ours to handle: they end a wait, or go to
+	// CMD.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	ctx := context.Background()
+	ev := &events{w: stderr, json: f.json, key: f.key}
+	client, closeStore, storeName, err := openStore(ctx, f.store)
+	if err != nil {
+		return ev.fail(err)
+	}
+	defer closeStore()
+	opts := []fence.Option{fence.WithTTL(f.ttl)}
+
+	l, err := client.TryAcquire(ctx, f.key, opts...)
+	if errors.Is(err, fence.ErrHeld) && !f.noWait {
+		var sig os.Signal
+		l, err, sig = waitFor(ctx, client, f, opts, err, ev, sigs)
+		if sig != nil {
+			ev.emit(event{Event: "interrupted", Signal: sigName(sig),
+				Message: fmt.Sprintf("%s while waiting for %q; not running the command", sigName(sig), f.key)}, true)
+			return sigExit(sig)
+		}
+	}
+	if err != nil {
+		var held *fence.HeldError
+		if errors.As(err, &held) {
+			reportHeld(ctx, client, held, f, ev)
+			return exitHeld
+		}
+		return ev.fail(err)
+	}
+	ev.emit(event{Event: "acquired", Store: storeName, Token: l.Token(), Owner: l.Owner(),
+		Message: fmt.Sprintf("acquired %q with token %d", f.key, l.Token())}, false)
+	return runHeld(l, f, ev, sigs)
+}
+
+// waitFor waits for the held key, showing who holds it. It returns the
+// signal that interrupted the wait, if one did.
+func waitFor(ctx context.Context, client *fence.Client, f runFlags, opts []fence.Option, heldErr error,
+	ev *events, sigs <-chan os.Signal) (*fence.Lease, error, os.Signal) {
+	start := time.Now()
+	waitMsg := func(still bool) {
+		e := event{Event: "waiting", WaitedMS: int64p(time.Since(start).Milliseconds())}
+		var held *fence.HeldError
+		var h *fence.Holder
+		if errors.As(heldErr, &held) && held.Holder != nil && !still {
+			h = held.Holder
+		} else if got, err := client.Inspect(ctx, f.key); err == nil {
+			h = &got
+		}
+		who := ""
+		if h != nil {
+			j := toJSON(*h, time.Now())
+			e.Holder = &j
+			who = ", held by " + describe(*h, time.Now())
+		}
+		if still {
+			e.Message = fmt.Sprintf("still waiting for %q after %s%s", f.key, roundDur(time.Since(start)), who)
+		} else {
+			e.Message = fmt.Sprintf("waiting for %q%s", f.key, who)
+		}
+		ev.emit(e, true)
+	}
+	waitMsg(false)
+
+	type result struct {
+		l   *fence.Lease
+		err error
+	}
+	res := make(chan result, 1)
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		l, err := client.Acquire(actx, f.key, append(opts, fence.WithWait(f.wait))...)
+		res <- result{l, err}
+	}()
+	var tick <-chan time.Time
+	if isTerminal(os.Stderr) {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case r := <-res:
+			return r.l, r.err, nil
+		case s := <-sigs:
+			if !stops(s) {
+				continue
+			}
+			cancel()
+			if r := <-res; r.l != nil {
+				_ = r.l.Release(context.Background())
+			}
+			return nil, nil, s
+		case <-tick:
+			waitMsg(true)
+		}
+	}
+}
+
+// fail reports an error that ends "fence run" before CMD runs, and
+// returns the exit status for it.
+func (e *events) fail(err error) int {
+	if !e.json {
+		return exitFor(e.w, err)
+	}
+	e.emit(event{Event: "error", Error: err.Error(), Message: trimFence(err.Error())}, false)
+	return exitFor(io.Discard, err)
+}
+
+func reportHeld(ctx context.Context, client *fence.Client, held *fence.HeldError, f runFlags, ev *events) {
+	h := held.Holder
+	if h == nil {
+		if got, err := client.Inspect(ctx, f.key); err == nil {
+			h = &got
+		}
+	}
+	e := event{Event: "held"}
+	why := "is held"
+	if f.wait > 0 && !f.noWait {
+		why = fmt.Sprintf("is still held after waiting %v", f.wait)
+	}
+	if h != nil {
+		j := toJSON(*h, time.Now())
+		e.Holder = &j
+		e.Message = fmt.Sprintf("key %q %s by %s; not running the command", f.key, why, describe(*h, time.Now()))
+	} else {
+		e.Message = fmt.Sprintf("key %q %s; not running the command", f.key, why)
+	}
+	ev.emit(e, true)
+}
+
+// runHeld runs CMD under the held lease l and returns fence's exit status.
+func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int {
+	cmd := exec.Command(f.argv[0], f.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(),
+		"FENCE_KEY="+f.key,
+		"FENCE_TOKEN="+strconv.FormatInt(l.Token(), 10),
+		"FENCE_OWNER="+l.Owner(),
+	)
+	// CMD gets its own process group, so that a lost lease stops all of
+	// it, not just its first process; except on a terminal, where it must
+	// stay in the foreground group to read the terminal and to get Ctrl-C.
+	ownGroup := !isTerminal(os.Stdin)
+	cmd.SysProcAttr = sysProcAttr(ownGroup)
+
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		// The parent-death signal (see sysProcAttr) fires when the thread
+		// that forked CMD exits, not when the process does
+		// (golang/go#27505). So this goroutine stays locked to that thread
+		// and alive until CMD has been reaped; only then does the thread
+		// end.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		release(l, ev)
+		msg := fmt.Sprintf("cannot run %s: %v", f.argv[0], err)
+		ev.emit(event{Event: "error", Error: err.Error(), Message: msg}, true)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitNoExec
+	}
+	pid := cmd.Process.Pid
+	ev.emit(event{Event: "started", PID: pid, Token: l.Token(),
+		Message: fmt.Sprintf("started %s (pid %d) with token %d", f.argv[0], pid, l.Token())}, false)
+	signalCmd := func(s syscall.Signal) {
+		if ownGroup {
+			_ = syscall.Kill(-pid, s)
+		} else {
+			_ = syscall.Kill(pid, s)
+		}
+	}
+
+	var (
+		lost      error
+		leaseDone = l.Done()
+		kill      <-chan time.Time
+	)
+	for {
+		select {
+		case <-exited:
+			code := exitCode(cmd.ProcessState)
+			e := event{Event: "exited", PID: pid, ExitCode: intp(code),
+				Message: fmt.Sprintf("%s (pid %d) exited with status %d", f.argv[0], pid, code)}
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				e.Signal = sigName(ws.Signal())
+			}
+			ev.emit(e, false)
+			if lost != nil {
+				if ownGroup {
+					signalCmd(syscall.SIGKILL) // whatever CMD left behind in its group
+				}
+				_ = l.Release(context.Background())
+				return exitLost
+			}
+			holdAtLeast(l, f, ev, sigs)
+			release(l, ev)
+			return code
+		case s := <-sigs:
+			if !ownGroup && s == syscall.SIGINT {
+				// On a terminal CMD shares our process group: it got
+				// Ctrl-C from the terminal itself.
+				continue
+			}
+			ev.emit(event{Event: "signal", Signal: sigName(s), PID: pid,
+				Message: fmt.Sprintf("forwarding %s to %s (pid %d)", sigName(s), f.argv[0], pid)}, false)
+			signalCmd(s.(syscall.Signal))
+		case <-leaseDone:
+			leaseDone = nil
+			lost = l.Err()
+			if !errors.Is(lost, fence.ErrLost) {
+				lost = nil // released: only we release, after CMD ends
+				continue
+			}
+			e := event{Event: "lost", Token: l.Token(), PID: pid, Error: lost.Error(),
+				Message: fmt.Sprintf("%v; sending SIGTERM to %s (pid %d), SIGKILL in %v",
+					trimFence(lost.Error()), f.argv[0], pid, f.grace)}
+			var le *fence.LostError
+			if errors.As(lost, &le) {
+				e.Reason = string(le.Reason)
+			}
+			ev.emit(e, true)
+			signalCmd(syscall.SIGTERM)
+			kill = time.After(f.grace)
+		case <-kill:
+			kill = nil
+			ev.emit(event{Event: "kill", PID: pid, Signal: "SIGKILL",
+				Message: fmt.Sprintf("%s (pid %d) still running %v after SIGTERM; sending SIGKILL", f.argv[0], pid, f.grace)}, true)
+			signalCmd(syscall.SIGKILL)
+		}
+	}
+}
+
+// holdAtLeast keeps the lease until --hold-at-least has passed since it
+// was acquired, unless it is lost or a stopping signal comes first.
+func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) {
+	d := time.Until(l.AcquiredAt().Add(f.hold))
+	if d <= 0 {
+		return
+	}
+	ev.emit(event{Event: "holding", Token: l.Token(),
+		Message: fmt.Sprintf("holding %q for %s more (--hold-at-least %v)", f.key, roundDur(d), f.hold)}, false)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case <-l.Done():
+			return
+		case s := <-sigs:
+			if stops(s) {
+				return
+			}
+		}
+	}
+}
+
+func release(l *fence.Lease, ev *events) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Release(ctx); err != nil {
+		ev.emit(event{Event: "release_failed", Token: l.Token(), Error: err.Error(),
+			Message: "release: " + trimFence(err.Error())}, true)
+		return
+	}
+	ev.emit(event{Event: "released", Token: l.Token(), Message: fmt.Sprintf("released %q", l.Key())}, false)
+}
+
+// exitCode returns CMD's exit status, or 128+N if signal N killed it.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func trimFence(s string) string {
+	if len(s) > 7 && s[:7] == "fence: " {
+		return s[7:]
+	}
+	return s
+}

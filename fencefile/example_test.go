@@ -1,0 +1,52 @@
+package fencefile_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencefile"
+)
+
+func Example() {
+	dir, err := os.MkdirTemp("", "fence-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	store, err := fencefile.New(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := fence.New(store)
+	ctx := context.Background()
+
+	for range 2 {
+		lease, err := client.Acquire(ctx, "reports/daily")
+		if err != nil {
+			log.Fatal(err)
+		}
+		// Send lease.Token() with every write to the protected resource.
+		fmt.Println("holding", lease.Key(), "with token", lease.Token())
+		if err := lease.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	// A second store on the same directory (another process, typically)
+	// continues the same token sequence.
+	again, _ := fencefile.New(dir)
+	lease, err := fence.New(again).TryAcquire(ctx, "reports/daily")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("then token", lease.Token())
+	// Output:
+	// holding reports/daily with token 1
+	// holding reports/daily with token 2
+	// then token 3
+}

@@ -1,0 +1,104 @@
+package fencefile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/fencing/fence"
+)
+
+// record is what a lock file holds: the key's token counter, kept across
+// releases and restarts, and the current holder, empty once released.
+// Only the holder of the file's lock writes it.
+type record struct {
+	Version    int               `json:"fence_file"`
+	Key        string            `json:"key"`
+	Token      int64             `json:"token"`
+	Owner      string            `json:"owner,omitempty"`
+	Host       string            `json:"host,omitempty"`
+	PID        int               `json:"pid,omitempty"`
+	AcquiredAt *time.Time        `json:"acquired_at,omitempty"`
+	Meta       map[string]string `json:"meta,omitempty"`
+}
+
+const recordVersion = 1
+
+// maxRecord bounds what is read of a lock file: a record holds at most a
+// key of fence.MaxKeyLen bytes, escaped, and the holder's metadata.
+const maxRecord = 1 << 20
+
+var (
+	errEmptyRecord   = errors.New("empty lock file")
+	errCorruptRecord = errors.New("corrupt lock file")
+)
+
+// readRecord reads the record at the start of f. An empty file (a key
+// never acquired) returns errEmptyRecord. Only the first JSON value
+// counts: a writer that died between writing a shorter record and
+// truncating the file leaves a tail that is ignored.
+func readRecord(f *os.File) (record, error) {
+	buf, err := io.ReadAll(io.NewSectionReader(f, 0, maxRecord))
+	if err != nil {
+		return record{}, err
+	}
+	if len(bytes.TrimSpace(buf)) == 0 {
+		return record{}, errEmptyRecord
+	}
+	var rec record
+	if err := json.NewDecoder(bytes.NewReader(buf)).Decode(&rec); err != nil {
+		return record{}, fmt.Errorf("%w %s: %w", errCorruptRecord, f.Name(), err)
+	}
+	if rec.Version != recordVersion {
+		return record{}, fmt.Errorf("%w %s: unknown record version %d", errCorruptRecord, f.Name(), rec.Version)
+	}
+	return rec, nil
+}
+
+// writeRecord replaces the record in f: it writes the new record over the
+// old one, then cuts the file to its length, so that at no moment is the
+// file without a readable token counter. With sync, the record reaches the
+// disk before writeRecord returns.
+func writeRecord(f *os.File, rec record, sync bool) error {
+	rec.Version = recordVersion
+	buf, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	buf = append(buf, '\n')
+	if _, err := f.WriteAt(buf, 0); err != nil {
+		return err
+	}
+	if err := f.Truncate(int64(len(buf))); err != nil {
+		return err
+	}
+	if sync {
+		return f.Sync()
+	}
+	return nil
+}
+
+// holder returns the fence.Holder a record describes. Its Meta holds the
+// caller's metadata plus "host", "pid" and "acquired_at" (RFC 3339).
+func (r record) holder() fence.Holder {
+	meta := maps.Clone(r.Meta)
+	if meta == nil {
+		meta = make(map[string]string, 3)
+	}
+	if _, ok := meta["host"]; !ok && r.Host != "" {
+		meta["host"] = r.Host
+	}
+	if _, ok := meta["pid"]; !ok && r.PID != 0 {
+		meta["pid"] = strconv.Itoa(r.PID)
+	}
+	if r.AcquiredAt != nil {
+		meta["acquired_at"] = r.AcquiredAt.Format(time.RFC3339Nano)
+	}
+	return fence.Holder{Key: r.Key, Owner: r.Owner, Token: r.Token, Meta: meta}
+}
