@@ -79,12 +79,15 @@ func collect(opts []Option) (options, error) {
 }
 
 // New returns a Store over rdb: a *redis.Client (single server or
-// Sentinel failover client) or a *redis.ClusterClient. Give the client
+// Sentinel failover client) or a *redis.ClusterClient (not a *redis.Ring). Give the client
 // ContextTimeoutEnabled, so that renewals give up when the lease's
 // validity ends instead of after go-redis's own timeouts.
 func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("fenceredis: nil client")
+	}
+	if _, ok := rdb.(*redis.Ring); ok {
+		return nil, errors.New("fenceredis: redis.Ring is not supported: keys move between its shards, and their locks would not")
 	}
 	o, err := collect(opts)
 	if err != nil {

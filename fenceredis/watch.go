@@ -32,8 +32,8 @@ import (
 // SUBSCRIBE it sends a PING with a unique payload on the same connection
 // and waits for its PONG (replies come in order), so a release right after
 // Watch returns is never missed. After a reconnect (go-redis resubscribes
-// by itself) a release may have been missed, so every subscription
-// confirmation wakes the channel's waiters.
+// by itself) a release may have been missed, so a repeated confirmation of
+// a subscription wakes the channel's waiters.
 
 // confirmTimeout bounds how long Watch waits for the server to confirm a
 // subscription; the Client polls instead if it fails.
@@ -70,9 +70,10 @@ type subConn struct {
 	subscribed map[string]bool // what was last asked of the server; guarded by ops
 
 	// guarded by h.mu
-	topics map[string]map[chan struct{}]struct{} // channel -> waiters
-	pongs  map[string]chan struct{}
-	closed bool
+	topics    map[string]map[chan struct{}]struct{} // channel -> waiters
+	confirmed map[string]bool                       // the server confirmed the subscription
+	pongs     map[string]chan struct{}
+	closed    bool
 }
 
 func newHub(rdb redis.UniversalClient) *hub {
@@ -150,6 +151,7 @@ func (h *hub) open(node redis.UniversalClient, addr string, sharded bool) *subCo
 		stop:       make(chan struct{}),
 		subscribed: make(map[string]bool),
 		topics:     make(map[string]map[chan struct{}]struct{}),
+		confirmed:  make(map[string]bool),
 		pongs:      make(map[string]chan struct{}),
 	}
 	if sharded {
@@ -334,8 +336,16 @@ func (sc *subConn) dispatch(msg any) {
 	case *redis.Message:
 		sc.wakeLocked(m.Channel)
 	case *redis.Subscription:
-		if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-			sc.wakeLocked(m.Channel) // a release may have gone unseen before it
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			if sc.confirmed[m.Channel] {
+				// go-redis subscribed again after a reconnect: a release
+				// may have gone unseen meanwhile.
+				sc.wakeLocked(m.Channel)
+			}
+			sc.confirmed[m.Channel] = true
+		case "unsubscribe", "sunsubscribe":
+			delete(sc.confirmed, m.Channel)
 		}
 	case *redis.Pong:
 		if pong := sc.pongs[m.Payload]; pong != nil {
