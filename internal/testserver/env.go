@@ -34,6 +34,7 @@ func Unavailable(t testing.TB, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if Strict() {
 		t.Fatalf("%s (%s=1: a missing server fails the test)", msg, StrictEnv)
+		return
 	}
 	t.Skipf("%s (set %s=1 to make this a failure)", msg, StrictEnv)
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,13 +55,13 @@ type Process struct {
 	name    string // short name for messages, e.g. "redis-server"
 	path    string
 	args    []string
-	env     []string
 	dir     string
 	cred    *syscall.Credential
 	addr    string
 	port    int
 	logPath string
 	ping    func(ctx context.Context) error
+	pre     func() error
 
 	mu     sync.Mutex
 	run    *run // nil when not running
@@ -78,11 +80,12 @@ type procSpec struct {
 	name string   // for messages and the log file name
 	path string   // program
 	args []string // arguments, without the program
-	env  []string // added to the test's environment
-	dir  string   // working directory ("" = the server's data directory is not known)
+	dir  string   // working directory: the server's own data directory
 	cred *syscall.Credential
 	port int                             // the port it listens on; Addr is 127.0.0.1:port
 	ping func(ctx context.Context) error // one protocol-level readiness check
+	// prestart, if set, runs before every start (first and restarts).
+	prestart func() error
 }
 
 // newProcess prepares a process and registers the cleanup that kills it and,
@@ -93,13 +96,13 @@ func newProcess(tb testing.TB, s procSpec) *Process {
 		name:    s.name,
 		path:    s.path,
 		args:    s.args,
-		env:     s.env,
 		dir:     s.dir,
 		cred:    s.cred,
 		port:    s.port,
 		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
 		logPath: filepath.Join(tb.TempDir(), fmt.Sprintf("%s-%d.log", s.name, s.port)),
 		ping:    s.ping,
+		pre:     s.prestart,
 	}
 	tb.Cleanup(func() {
 		p.Kill()
@@ -148,21 +151,34 @@ func (p *Process) killLocked() error {
 	if p.run == nil {
 		return nil
 	}
-	pgid := p.run.cmd.Process.Pid
-	// The server runs in its own process group; kill all of it (postgres
-	// backends outlive a killed postmaster and would block a restart).
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	leader := p.run.cmd.Process.Pid
+	// Freeze the leader so it forks no more, then kill it and everything it
+	// started. Its process group is not enough: PostgreSQL's children make
+	// themselves group leaders, outlive a killed postmaster for a while and
+	// keep its shared memory, which makes a restart refuse to start.
+	_ = syscall.Kill(leader, syscall.SIGSTOP)
+	tree := processTree(leader)
+	for _, pr := range tree {
+		_ = syscall.Kill(pr.pid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-leader, syscall.SIGKILL)
 	<-p.run.exited
 	p.run = nil
 	deadline := time.Now().Add(30 * time.Second)
-	for groupAlive(pgid) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes of group %d still alive 30s after SIGKILL", pgid)
+	for {
+		alive := stillAlive(tree)
+		if len(alive) == 0 && !groupAlive(leader) {
+			return nil
 		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v (group %d) still alive 30s after SIGKILL", alive, leader)
+		}
+		for _, pid := range alive {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(-leader, syscall.SIGKILL)
 		time.Sleep(10 * time.Millisecond)
 	}
-	return nil
 }
 
 // Stop pauses the server with SIGSTOP (all its processes), as a GC pause or
@@ -179,9 +195,15 @@ func (p *Process) signal(sig syscall.Signal) {
 		p.tb.Errorf("testserver: %s %s: %v", sig, p.name, errNotRunning)
 		return
 	}
-	if err := syscall.Kill(-p.run.cmd.Process.Pid, sig); err != nil {
+	// The leader first: once stopped it forks no more.
+	leader := p.run.cmd.Process.Pid
+	if err := syscall.Kill(leader, sig); err != nil {
 		p.tb.Errorf("testserver: %s %s: %v", sig, p.name, err)
 	}
+	for _, pr := range processTree(leader) {
+		_ = syscall.Kill(pr.pid, sig)
+	}
+	_ = syscall.Kill(-leader, sig)
 }
 
 // Restart kills the server if it runs, starts it again with the same port,
@@ -226,6 +248,11 @@ func (p *Process) launchLocked() error {
 	if p.run != nil {
 		return errors.New("already running")
 	}
+	if p.pre != nil {
+		if err := p.pre(); err != nil {
+			return err
+		}
+	}
 	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -237,7 +264,6 @@ func (p *Process) launchLocked() error {
 
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Dir = p.dir
-	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdin = nil
 	cmd.Stdout = log
 	cmd.Stderr = log
@@ -246,7 +272,7 @@ func (p *Process) launchLocked() error {
 		Pdeathsig:  syscall.SIGKILL, // no orphans if the test binary dies
 		Credential: p.cred,
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startOnSpawner(cmd); err != nil {
 		return err
 	}
 	r := &run{cmd: cmd, exited: make(chan struct{})}
@@ -256,6 +282,27 @@ func (p *Process) launchLocked() error {
 		close(r.exited)
 	}()
 	return nil
+}
+
+// Pdeathsig is delivered when the thread that forked the child exits, not
+// the process (golang/go#27505); Go may end a thread whose goroutine exits
+// while locked to it. So every server is forked from one goroutine locked to
+// its thread for the life of the test binary.
+var spawner = sync.OnceValue(func() chan<- func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
+
+func startOnSpawner(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawner() <- func() { done <- cmd.Start() }
+	return <-done
 }
 
 var errAddrInUse = errors.New("port already in use")
@@ -283,9 +330,15 @@ func (p *Process) waitReady() error {
 		}
 		if last = p.pingOnce(ctx); last == nil {
 			// Something answered on our port; make sure it is our server and
-			// not another test's that took the port first.
+			// not another test's that took the port first (ours then exits
+			// or is about to, failing to bind).
 			if mine, known := listenerOwnedBy(r.cmd.Process.Pid, p.port); known && !mine {
 				return fmt.Errorf("%w: another process answers on %s", errAddrInUse, p.addr)
+			}
+			select {
+			case <-r.exited:
+				continue // reported at the top of the loop
+			default:
 			}
 			return nil
 		}
@@ -329,6 +382,30 @@ func startRetrying(tb testing.TB, what string, attempt func() error) {
 	}
 }
 
+// runLogged runs a setup program to completion with its output in logPath,
+// and returns an error with the output's tail if it fails.
+func runLogged(logPath, dir string, cred *syscall.Credential, bin string, args ...string) error {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	err = startOnSpawner(cmd) // see spawner: keeps Pdeathsig reliable
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %v\nlast lines of %s:\n%s", bin, quoteArgs(args), err, logPath, logTail(logPath, 40))
+	}
+	return nil
+}
+
 // Ports.
 //
 // Ports come from below the kernel's ephemeral range (32768+ on Linux), so
@@ -340,6 +417,9 @@ func startRetrying(tb testing.TB, what string, attempt func() error) {
 var (
 	portMu   sync.Mutex
 	usedPort = map[int]bool{}
+	// forcePortForTest, if set, is the next port handed out: tests use it
+	// to make a start collide.
+	forcePortForTest int
 )
 
 const (
@@ -352,6 +432,10 @@ const (
 func freePort(offset int) (int, error) {
 	portMu.Lock()
 	defer portMu.Unlock()
+	if p := forcePortForTest; p != 0 {
+		forcePortForTest = 0
+		return p, nil
+	}
 	high := portHigh
 	if lo := ephemeralLow(); lo > portLow+1000 && lo < high {
 		high = lo
@@ -488,47 +572,110 @@ func firstLine(err error) string {
 // groupAlive reports whether any process of the group is still running
 // (zombies waiting for a parent to reap them do not count).
 func groupAlive(pgid int) bool {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
+	procs, ok := allProcs()
+	if !ok {
 		return syscall.Kill(-pgid, 0) == nil
 	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if g, state, ok := procGroup(pid); ok && g == pgid && state != 'Z' && state != 'X' {
+	for _, pr := range procs {
+		if pr.pgid == pgid && pr.running() {
 			return true
 		}
 	}
 	return false
 }
 
-// procGroup reads the process group and state of pid from /proc/pid/stat.
-func procGroup(pid int) (pgid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	// pid (comm) state ppid pgrp ...; comm may contain spaces and parens.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 {
-		return 0, 0, false
-	}
-	g, err := strconv.Atoi(f[2])
-	if err != nil || len(f[0]) == 0 {
-		return 0, 0, false
-	}
-	return g, f[0][0], true
+type procInfo struct {
+	pid, ppid, pgid int
+	state           byte
+	start           string // start time in clock ticks: tells a reused pid apart
 }
 
-// listenerOwnedBy reports whether a process of group pgid holds the socket
-// listening on port. known is false when /proc cannot tell.
-func listenerOwnedBy(pgid, port int) (mine, known bool) {
+func (pr procInfo) running() bool { return pr.state != 'Z' && pr.state != 'X' }
+
+// readProc parses /proc/pid/stat.
+func readProc(pid int) (procInfo, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+	// majflt cmajflt utime stime cutime cstime priority nice threads
+	// itrealvalue starttime ...; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procInfo{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) == 0 {
+		return procInfo{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return procInfo{}, false
+	}
+	return procInfo{pid: pid, ppid: ppid, pgid: pgid, state: f[0][0], start: f[19]}, true
+}
+
+func allProcs() ([]procInfo, bool) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
+	var out []procInfo
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pr, ok := readProc(pid); ok {
+			out = append(out, pr)
+		}
+	}
+	return out, true
+}
+
+// processTree returns root's descendants (by parent) and the members of its
+// process group, root included. Empty when /proc cannot tell.
+func processTree(root int) []procInfo {
+	procs, ok := allProcs()
+	if !ok {
+		return nil
+	}
+	in := map[int]bool{root: true}
+	for changed := true; changed; {
+		changed = false
+		for _, pr := range procs {
+			if !in[pr.pid] && (in[pr.ppid] || pr.pgid == root) {
+				in[pr.pid] = true
+				changed = true
+			}
+		}
+	}
+	var out []procInfo
+	for _, pr := range procs {
+		if in[pr.pid] {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+// stillAlive returns the pids of tree that still run (the same process: not
+// a zombie, not a new process that reused the pid).
+func stillAlive(tree []procInfo) []int {
+	var out []int
+	for _, old := range tree {
+		if now, ok := readProc(old.pid); ok && now.start == old.start && now.running() {
+			out = append(out, old.pid)
+		}
+	}
+	return out
+}
+
+// listenerOwnedBy reports whether leader or a process it started holds the
+// socket listening on port. known is false when /proc cannot tell.
+func listenerOwnedBy(leader, port int) (mine, known bool) {
 	inodes := map[string]bool{}
 	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		b, err := os.ReadFile(file)
@@ -550,24 +697,18 @@ func listenerOwnedBy(pgid, port int) (mine, known bool) {
 	if !known || len(inodes) == 0 {
 		return false, false
 	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return false, false
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	// An empty tree means the leader is gone: whoever listens is not ours.
+	for _, pr := range processTree(leader) {
+		dir := "/proc/" + strconv.Itoa(pr.pid) + "/fd/"
+		fds, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrPermission) {
+			return false, false // not allowed to look: claim no collision
 		}
-		if g, _, ok := procGroup(pid); !ok || g != pgid {
-			continue
-		}
-		fds, err := os.ReadDir("/proc/" + e.Name() + "/fd")
 		if err != nil {
-			return false, false // cannot look: do not claim a collision
+			continue // exited meanwhile
 		}
 		for _, fd := range fds {
-			if link, err := os.Readlink("/proc/" + e.Name() + "/fd/" + fd.Name()); err == nil && inodes[link] {
+			if link, err := os.Readlink(dir + fd.Name()); err == nil && inodes[link] {
 				return true, true
 			}
 		}

@@ -1,0 +1,67 @@
+// Package testserver starts private server processes for fence's tests:
+// redis-server, PostgreSQL, MariaDB, etcd, ZooKeeper, nats-server and
+// Azurite, each on free loopback ports with its own data directory, so that
+// driver tests, the conformance suite and fault tests run against real
+// servers they own and can kill, pause and restart. It never uses the
+// servers a machine may already run on their standard ports.
+//
+// # Starting servers
+//
+// Every start function takes the test, waits until the server answers a
+// protocol-level ping (not just an open port) for up to ReadyTimeout, and
+// registers a t.Cleanup that kills the server and removes its data:
+//
+//	r := testserver.Redis(t)                   // r.Addr(), r.URL()
+//	rs := testserver.Redises(t, 3)             // independent servers, for Redlock
+//	rc := testserver.RedisCluster(t, 3)        // rc.Addrs(), rc.Nodes[i]
+//	pg := testserver.Postgres(t)               // pg.DSN(): postgres://postgres@127.0.0.1:P/test?sslmode=disable
+//	my := testserver.MariaDB(t)                // my.DSN(): root@tcp(127.0.0.1:P)/test
+//	e := testserver.Etcd(t)                    // e.Endpoints()
+//	ec := testserver.EtcdCluster(t, 3)         // ec.Endpoints(), ec.Members[i]
+//	zk := testserver.ZooKeeper(t)              // zk.Addr(); tickTime 200ms
+//	n := testserver.NATS(t)                    // n.URL(), n.Version(), n.AtLeast("2.11")
+//	az := testserver.Azurite(t)                // az.BlobURL(), az.ConnectionString()
+//
+// A server that does not come up fails the test with the program, its
+// arguments and the tail of its log. The log of every server is written to a
+// file under t.TempDir(), and its tail is printed if the test fails.
+//
+// # Faults
+//
+// Every server embeds *Process:
+//
+//   - Kill sends SIGKILL to the server and everything it started, and waits
+//     until they are gone;
+//   - Stop and Cont send SIGSTOP and SIGCONT to all of them: a paused server
+//     keeps its connections open and answers nothing, like a GC pause or a
+//     frozen VM;
+//   - Restart starts the server again on the same port with the same data
+//     directory and waits until it answers. Redis comes back empty (it
+//     persists nothing); PostgreSQL, MariaDB, etcd and ZooKeeper keep their
+//     data.
+//
+// Kill, Stop and Cont may be called from any goroutine; Restart fails the
+// test on error and so must be called from the test goroutine.
+//
+// # Missing programs: skip, or fail under FENCE_TEST_STRICT=1
+//
+// The servers' programs are found on PATH and where their packages put them
+// (/usr/lib/postgresql/*/bin, /usr/sbin), and nats-server and azurite-blob
+// first in RepoRoot()/.tools, where scripts/test installs current versions.
+// When a program is missing, the test is skipped with a message saying what
+// to install (see Require and Unavailable); with FENCE_TEST_STRICT=1, as in
+// CI, it fails instead, so an untested backend cannot pass unseen. Only
+// absence skips: a program that exists but fails to start is always a test
+// failure. scripts/test installs everything these servers need. To use
+// other builds, set FENCE_NATS_SERVER, FENCE_AZURITE (an azurite-blob) or
+// FENCE_ZOOKEEPER_JAR.
+//
+// # Ports and users
+//
+// Ports are chosen at random below the kernel's ephemeral range and checked
+// free; should another process take one before the server binds it (go test
+// runs packages in parallel), the start is retried on another port, and a
+// server is accepted only if the socket answering on its port is its own.
+// Run as root, PostgreSQL (which refuses root) runs as the postgres system
+// user, or nobody; MariaDB is started with --user=root.
+package testserver

@@ -1,0 +1,152 @@
+package testserver
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// NATSServer is a private nats-server with JetStream, storing in its own
+// directory, which survives Kill and Restart.
+type NATSServer struct {
+	*Process
+	version string
+}
+
+// URL returns "nats://127.0.0.1:port".
+func (s *NATSServer) URL() string { return "nats://" + s.Addr() }
+
+// Version returns the server's version without the "v", e.g. "2.15.2".
+func (s *NATSServer) Version() string { return s.version }
+
+// AtLeast reports whether the server's version is at least min ("2.11" or
+// "2.11.0"). Per-key TTLs in JetStream KV need 2.11.
+func (s *NATSServer) AtLeast(min string) bool { return versionAtLeast(s.version, min) }
+
+// NATS starts a private nats-server -js on a free loopback port, preferring
+// the one scripts/test installs (RepoRoot()/.tools/bin/nats-server), then
+// $FENCE_NATS_SERVER, then PATH, and waits until it answers PING and a
+// JetStream API request.
+func NATS(t testing.TB, opts ...Option) *NATSServer {
+	t.Helper()
+	bin := Require(t, "nats-server")
+	o := collect(opts)
+	version, err := natsServerVersion(bin)
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	dir := dataDir(t, "nats")
+	s := &NATSServer{version: version}
+	startRetrying(t, "nats-server", func() error {
+		port, err := freePort(0)
+		if err != nil {
+			return err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.Process = newProcess(t, procSpec{
+			name: "nats-server",
+			path: bin,
+			args: append([]string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", dir}, o.args...),
+			dir:  dir,
+			port: port,
+			ping: func(ctx context.Context) error { return natsPing(ctx, addr) },
+		})
+		return s.start()
+	})
+	return s
+}
+
+func natsServerVersion(bin string) (string, error) {
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %v: %s", bin, err, out)
+	}
+	// "nats-server: v2.15.2"
+	s := strings.TrimSpace(string(out))
+	if i := strings.LastIndex(s, " "); i >= 0 {
+		s = s[i+1:]
+	}
+	return strings.TrimPrefix(s, "v"), nil
+}
+
+// natsPing speaks the text protocol: CONNECT, PING -> PONG, and one
+// JetStream API request ($JS.API.INFO) that must be answered, so JetStream
+// is up too.
+func natsPing(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "INFO ") {
+		return fmt.Errorf("nats: greeting %q, want INFO", strings.TrimSpace(line))
+	}
+	_, err = io.WriteString(conn, `CONNECT {"verbose":false,"pedantic":false,"protocol":1}`+"\r\n"+
+		"SUB _INBOX.testserver 1\r\nPUB $JS.API.INFO _INBOX.testserver 0\r\n\r\nPING\r\n")
+	if err != nil {
+		return err
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	gotPong, gotJS := false, false
+	for !gotPong || !gotJS {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("nats: got PONG %v, JetStream answer %v: %v", gotPong, gotJS, err)
+		}
+		switch f := strings.Fields(line); {
+		case len(f) == 0:
+		case f[0] == "PONG":
+			gotPong = true
+		case f[0] == "PING":
+			_, _ = io.WriteString(conn, "PONG\r\n")
+		case f[0] == "-ERR":
+			return fmt.Errorf("nats: %s", strings.TrimSpace(line))
+		case f[0] == "MSG" && len(f) >= 4:
+			n, _ := strconv.Atoi(f[len(f)-1])
+			payload := make([]byte, n+2)
+			if _, err := io.ReadFull(r, payload); err != nil {
+				return err
+			}
+			if strings.Contains(string(payload), `"error"`) {
+				return fmt.Errorf("nats: JetStream: %s", strings.TrimSpace(string(payload)))
+			}
+			gotJS = true
+		}
+	}
+	return nil
+}
+
+// versionAtLeast compares dotted versions numerically ("2.9.10" < "2.11").
+func versionAtLeast(have, want string) bool {
+	h := strings.Split(strings.TrimPrefix(have, "v"), ".")
+	w := strings.Split(strings.TrimPrefix(want, "v"), ".")
+	for i := range max(len(h), len(w)) {
+		var hv, wv int
+		if i < len(h) {
+			hv, _ = strconv.Atoi(strings.SplitN(h[i], "-", 2)[0])
+		}
+		if i < len(w) {
+			wv, _ = strconv.Atoi(strings.SplitN(w[i], "-", 2)[0])
+		}
+		if hv != wv {
+			return hv > wv
+		}
+	}
+	return true
+}

@@ -1,0 +1,394 @@
+package testserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests start every kind of server for real and talk to it over its
+// own protocol, so they fail when a server did not really start. Without a
+// server's binary they skip, or fail under FENCE_TEST_STRICT=1.
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// short is a context for a request that must NOT be answered (a paused or
+// killed server).
+func short() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 500*time.Millisecond)
+}
+
+func timed[T any](t *testing.T, what string, start func() T) T {
+	t.Helper()
+	begin := time.Now()
+	v := start()
+	t.Logf("%s ready in %v", what, time.Since(begin).Round(time.Millisecond))
+	return v
+}
+
+// checkProcess checks what every started server must satisfy: a live pid
+// that owns the listening socket on Addr.
+func checkProcess(t *testing.T, p *Process) {
+	t.Helper()
+	if p.Pid() <= 0 {
+		t.Fatalf("%s: Pid() = %d after start", p.name, p.Pid())
+	}
+	if mine, known := listenerOwnedBy(p.Pid(), p.Port()); known && !mine {
+		t.Fatalf("%s: the socket listening on %s is not the server's", p.name, p.Addr())
+	}
+	if !strings.HasPrefix(p.Addr(), "127.0.0.1:") {
+		t.Fatalf("%s: Addr() = %q, want loopback", p.name, p.Addr())
+	}
+	if fi, err := os.Stat(p.LogPath()); err != nil || fi.Size() == 0 {
+		t.Errorf("%s: log %s: %v (size %v)", p.name, p.LogPath(), err, fi)
+	}
+}
+
+// checkStopped checks that Stop froze every process of the server.
+func checkStopped(t *testing.T, p *Process) {
+	t.Helper()
+	tree := processTree(p.Pid())
+	if len(tree) == 0 {
+		t.Fatalf("%s: no processes found for pid %d", p.name, p.Pid())
+	}
+	for _, pr := range tree {
+		// A process stopped by a signal shows T; give the kernel a moment.
+		for i := 0; ; i++ {
+			now, ok := readProc(pr.pid)
+			if !ok || now.state == 'T' || !now.running() {
+				break
+			}
+			if i == 100 {
+				t.Fatalf("%s: process %d is in state %c after Stop", p.name, pr.pid, now.state)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func TestVersionAtLeast(t *testing.T) {
+	for _, c := range []struct {
+		have, want string
+		ok         bool
+	}{
+		{"2.15.2", "2.11", true},
+		{"2.11.0", "2.11", true},
+		{"2.9.10", "2.11", false},
+		{"v2.10.99", "2.11.0", false},
+		{"3.0.0-beta", "2.11", true},
+	} {
+		if got := versionAtLeast(c.have, c.want); got != c.ok {
+			t.Errorf("versionAtLeast(%q, %q) = %v, want %v", c.have, c.want, got, c.ok)
+		}
+	}
+}
+
+func TestRepoRoot(t *testing.T) {
+	root := RepoRoot()
+	if root == "" {
+		t.Fatal("RepoRoot() found no go.mod with module " + ModulePath)
+	}
+	wd, _ := os.Getwd()
+	if rel, err := filepath.Rel(root, wd); err != nil || rel != filepath.Join("internal", "testserver") {
+		t.Errorf("RepoRoot() = %q, working directory %q", root, wd)
+	}
+	// A nested module (like a future bench/go.mod) is skipped over.
+	nested := t.TempDir()
+	if err := os.WriteFile(filepath.Join(nested, "go.mod"), []byte("module github.com/fencing/fence/bench\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if isRepoRoot(nested) {
+		t.Error("isRepoRoot accepted module github.com/fencing/fence/bench")
+	}
+	if !isRepoRoot(root) {
+		t.Errorf("isRepoRoot(%q) = false", root)
+	}
+}
+
+// recordingTB records Skipf and Fatalf instead of ending the test.
+type recordingTB struct {
+	testing.TB
+	skipped, fatal string
+}
+
+func (r *recordingTB) Helper()                           {}
+func (r *recordingTB) Skipf(format string, args ...any)  { r.skipped = fmt.Sprintf(format, args...) }
+func (r *recordingTB) Fatalf(format string, args ...any) { r.fatal = fmt.Sprintf(format, args...) }
+
+func TestRequireMissingSkipsOrFailsUnderStrict(t *testing.T) {
+	const name = "fence-no-such-server"
+	installHint[name] = "the Debian package fence-no-such-server"
+	defer delete(installHint, name)
+
+	t.Setenv(StrictEnv, "")
+	r := &recordingTB{TB: t}
+	Require(r, name)
+	if r.fatal != "" || !strings.Contains(r.skipped, "install the Debian package fence-no-such-server") {
+		t.Errorf("not strict: skipped %q, fatal %q; want a skip saying what to install", r.skipped, r.fatal)
+	}
+
+	t.Setenv(StrictEnv, "1")
+	r = &recordingTB{TB: t}
+	Require(r, name)
+	if r.skipped != "" || !strings.Contains(r.fatal, "install the Debian package fence-no-such-server") {
+		t.Errorf("strict: skipped %q, fatal %q; want a failure saying what to install", r.skipped, r.fatal)
+	}
+}
+
+// A server that exists but cannot start is a failure with the command and
+// the log's tail, never a skip.
+func TestStartFailureFailsWithLog(t *testing.T) {
+	Require(t, "redis-server")
+	r := &recordingTB{TB: t}
+	Redis(r, Args("--no-such-option", "x"))
+	if r.skipped != "" {
+		t.Fatalf("a failing start skipped: %s", r.skipped)
+	}
+	for _, want := range []string{"did not start", "redis-server", "--no-such-option", "last lines of", "Bad directive"} {
+		if !strings.Contains(r.fatal, want) {
+			t.Errorf("failure message lacks %q:\n%s", want, r.fatal)
+		}
+	}
+}
+
+// A port taken between choosing and binding it (by another test binary, say)
+// makes the start retry on another port; it is neither a failure nor a
+// server that is not ours.
+func TestPortCollisionRetries(t *testing.T) {
+	first := Redis(t)
+	portMu.Lock()
+	forcePortForTest = first.Port()
+	portMu.Unlock()
+	second := Redis(t)
+	if second.Port() == first.Port() {
+		t.Fatalf("second server reported the taken port %d", first.Port())
+	}
+	checkProcess(t, second.Process)
+	ctx := testContext(t)
+	if _, err := redisDo(ctx, first.Addr(), "SET", "who", "first"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := redisDo(ctx, second.Addr(), "GET", "who"); err != nil || v != nil {
+		t.Fatalf("second server: GET who = %v, %v; want nil", v, err)
+	}
+}
+
+func TestListenerOwnedBy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	mine, known := listenerOwnedBy(os.Getpid(), port)
+	if !known {
+		t.Skip("no /proc here")
+	}
+	if !mine {
+		t.Errorf("listenerOwnedBy(self, %d) = false for our own listener", port)
+	}
+	r := Redis(t)
+	if mine, _ := listenerOwnedBy(r.Pid(), port); mine {
+		t.Errorf("listenerOwnedBy(redis, %d) = true for the test's listener", port)
+	}
+	if mine, _ := listenerOwnedBy(r.Pid(), r.Port()); !mine {
+		t.Errorf("listenerOwnedBy(redis, its own port) = false")
+	}
+}
+
+func TestRedis(t *testing.T) {
+	t.Parallel()
+	r := timed(t, "redis-server", func() *RedisServer { return Redis(t) })
+	checkProcess(t, r.Process)
+	ctx := testContext(t)
+	if v, err := redisDo(ctx, r.Addr(), "SET", "k", "v1"); err != nil || v != "OK" {
+		t.Fatalf("SET = %v, %v", v, err)
+	}
+	if v, err := redisDo(ctx, r.Addr(), "GET", "k"); err != nil || v != "v1" {
+		t.Fatalf("GET = %v, %v", v, err)
+	}
+
+	r.Stop()
+	checkStopped(t, r.Process)
+	sctx, cancel := short()
+	if v, err := redisDo(sctx, r.Addr(), "PING"); err == nil {
+		t.Fatalf("PING answered %v while stopped", v)
+	}
+	cancel()
+	r.Cont()
+	if v, err := redisDo(ctx, r.Addr(), "GET", "k"); err != nil || v != "v1" {
+		t.Fatalf("GET after Cont = %v, %v", v, err)
+	}
+
+	pid := r.Pid()
+	r.Kill()
+	if r.Pid() != 0 {
+		t.Fatalf("Pid() = %d after Kill", r.Pid())
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("process %d still exists after Kill: %v", pid, err)
+	}
+	if v, err := redisDo(ctx, r.Addr(), "PING"); err == nil {
+		t.Fatalf("PING answered %v after Kill", v)
+	}
+	addr := r.Addr()
+	timed(t, "redis-server restart", func() any { r.Restart(); return nil })
+	if r.Addr() != addr || r.Pid() == 0 || r.Pid() == pid {
+		t.Fatalf("after Restart: addr %s (was %s), pid %d (was %d)", r.Addr(), addr, r.Pid(), pid)
+	}
+	if v, err := redisDo(ctx, r.Addr(), "GET", "k"); err != nil || v != nil {
+		t.Fatalf("GET after Restart = %v, %v; want nil: Redis must come back empty", v, err)
+	}
+}
+
+func TestRedises(t *testing.T) {
+	t.Parallel()
+	rs := timed(t, "3 redis-servers", func() []*RedisServer { return Redises(t, 3) })
+	ctx := testContext(t)
+	seen := map[string]bool{}
+	for i, r := range rs {
+		checkProcess(t, r.Process)
+		if seen[r.Addr()] {
+			t.Fatalf("two servers on %s", r.Addr())
+		}
+		seen[r.Addr()] = true
+		if _, err := redisDo(ctx, r.Addr(), "SET", "who", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range rs {
+		if v, err := redisDo(ctx, r.Addr(), "GET", "who"); err != nil || v != fmt.Sprint(i) {
+			t.Fatalf("server %d: GET who = %v, %v: servers are not independent", i, v, err)
+		}
+	}
+}
+
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	c := timed(t, "redis cluster of 3", func() *RedisClusterServer { return RedisCluster(t, 3) })
+	ctx := testContext(t)
+	if len(c.Addrs()) != 3 {
+		t.Fatalf("Addrs() = %v", c.Addrs())
+	}
+	// Exactly one master owns the slot of {fence}k; the others redirect.
+	owner := -1
+	for i, n := range c.Nodes {
+		checkProcess(t, n.Process)
+		v, err := redisDo(ctx, n.Addr(), "SET", "{fence}k", "v")
+		switch {
+		case err == nil && v == "OK":
+			if owner >= 0 {
+				t.Fatalf("nodes %d and %d both accepted the key", owner, i)
+			}
+			owner = i
+		case err != nil && strings.HasPrefix(strings.TrimPrefix(err.Error(), "redis: "), "MOVED"):
+		default:
+			t.Fatalf("node %d: SET = %v, %v", i, v, err)
+		}
+	}
+	if owner < 0 {
+		t.Fatal("no node accepted the key")
+	}
+	n := c.Nodes[owner]
+	n.Kill()
+	timed(t, "redis cluster node restart", func() any { n.Restart(); c.WaitReady(); return nil })
+	if v, err := redisDo(ctx, n.Addr(), "GET", "{fence}k"); err != nil || v != nil {
+		t.Fatalf("GET after Restart = %v, %v; want nil (the node keeps its slots, not its data)", v, err)
+	}
+}
+
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	pg := timed(t, "postgres (initdb + start + create database)", func() *PostgresServer { return Postgres(t) })
+	checkProcess(t, pg.Process)
+	if os.Geteuid() == 0 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pg.Pid()))
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" && f[1] == "0" {
+				t.Fatal("postgres runs as root")
+			}
+		}
+	}
+	if want := "postgres://postgres@" + pg.Addr() + "/test?sslmode=disable"; pg.DSN() != want {
+		t.Errorf("DSN() = %q, want %q", pg.DSN(), want)
+	}
+	ctx := testContext(t)
+	for _, q := range []string{
+		"CREATE TABLE kv (k text PRIMARY KEY, v text)",
+		"INSERT INTO kv VALUES ('k', 'v1')",
+	} {
+		if _, err := pgQuery(ctx, pg.Addr(), "test", q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+
+	pg.Stop()
+	checkStopped(t, pg.Process)
+	sctx, cancel := short()
+	if _, err := pgQuery(sctx, pg.Addr(), "test", "SELECT 1"); err == nil {
+		t.Fatal("postgres answered while stopped")
+	}
+	cancel()
+
+	// Killed while stopped, backends and all: the restart must find no
+	// leftover process holding the data directory's shared memory.
+	tree := processTree(pg.Pid())
+	pg.Kill()
+	if alive := stillAlive(tree); len(alive) > 0 {
+		t.Fatalf("processes %v of the killed server still run", alive)
+	}
+	timed(t, "postgres restart", func() any { pg.Restart(); return nil })
+	rows, err := pgQuery(ctx, pg.Addr(), "test", "SELECT v FROM kv WHERE k = 'k'")
+	if err != nil || len(rows) != 1 || rows[0][0] != "v1" {
+		t.Fatalf("after Restart: rows %v, err %v; want [[v1]]: PostgreSQL must keep its data", rows, err)
+	}
+}
+
+func TestMariaDB(t *testing.T) {
+	t.Parallel()
+	m := timed(t, "mariadbd (install-db + start + create database)", func() *MariaDBServer { return MariaDB(t) })
+	checkProcess(t, m.Process)
+	if want := "root@tcp(" + m.Addr() + ")/test"; m.DSN() != want {
+		t.Errorf("DSN() = %q, want %q", m.DSN(), want)
+	}
+	ctx := testContext(t)
+	for _, q := range []string{
+		"CREATE TABLE kv (k VARCHAR(64) PRIMARY KEY, v TEXT)",
+		"INSERT INTO kv VALUES ('k', 'v1')",
+	} {
+		if _, err := myQuery(ctx, m.Addr(), "test", q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rows, err := myQuery(ctx, m.Addr(), "test", "SELECT v, NULL, GET_LOCK('fence', 0) FROM kv")
+	if err != nil || len(rows) != 1 || strings.Join(rows[0], ",") != "v1,,1" {
+		t.Fatalf("SELECT = %q, %v; want [[v1  1]]", rows, err)
+	}
+
+	m.Stop()
+	checkStopped(t, m.Process)
+	sctx, cancel := short()
+	if _, err := myQuery(sctx, m.Addr(), "test", "SELECT 1"); err == nil {
+		t.Fatal("mariadbd answered while stopped")
+	}
+	cancel()
+	m.Cont()
+
+	m.Kill()
+	timed(t, "mariadbd restart", func() any { m.Restart(); return nil })
+	rows, err = myQuery(ctx, m.Addr(), "test", "SELECT v FROM kv WHERE k = 'k'")
+	if err != nil || len(rows) != 1 || rows[0][0] != "v1" {
+		t.Fatalf("after Restart: rows %v, err %v; want [[v1]]: MariaDB must keep its data", rows, err)
+	}
+}
