@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/fencing/fence/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
@@ -14,7 +16,7 @@ func TestMain(m *testing.M) {
 		// ends, so goleak would fail every worker.
 		os.Exit(m.Run())
 	}
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(m, testserver.IgnoreLeaks(),
 		// After dials to a dead server fail, go-redis probes it from a
 		// goroutine that notices the client's Close only after its next
 		// one-second sleep.

@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +19,7 @@ import (
 
 // Contender processes re-execute the test binary. Run recognises them by
 // envWorker and calls runWorker instead of the suite. A worker exits when
-// its standard input closes, so it never outlives the test.
+// its parent process is gone, so it never outlives the test.
 
 const (
 	roleContend = "contend"
@@ -41,15 +41,10 @@ func (s *suite) startWorker(t *testing.T, role, key, dir string, count int) (*ex
 	)
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting contender process: %v", err)
 	}
 	t.Cleanup(func() {
-		stdin.Close()
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
@@ -153,11 +148,26 @@ func (s *suite) holderDies(t *testing.T) {
 
 // runWorker is the body of a contender process.
 func runWorker(t *testing.T, cfg Config) {
-	go func() {
-		// Exit when the parent goes away.
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(3)
-	}()
+	// Exit when the parent goes away: the test process never outlives the
+	// test that started it.
+	parent, stop := os.Getppid(), make(chan struct{})
+	var watching sync.WaitGroup
+	watching.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if os.Getppid() != parent {
+					os.Exit(3)
+				}
+			}
+		}
+	})
+	defer watching.Wait()
+	defer close(stop)
 	dir, key := os.Getenv(envDir), os.Getenv(envKey)
 	count, _ := strconv.Atoi(os.Getenv(envCount))
 	ttl, err := time.ParseDuration(os.Getenv(envTTL))

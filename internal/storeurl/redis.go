@@ -207,7 +207,3 @@ func openRedlock(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, erro
 		return closeAll()
 	}), nil
 }
-
-type closerFunc func() error
-
-func (f closerFunc) Close() error { return f() }
