@@ -26,9 +26,10 @@ type Querier interface {
 // The default rule admits token >= highest (one holder may write many
 // times with its token); Strict() admits only token > highest.
 type Guard struct {
-	table  table
-	strict bool
-	q      string
+	table   table
+	strict  bool
+	q       string
+	metrics *fence.GuardMetrics
 }
 
 // NewGuard returns a guard over the guard table (see Tables and Setup).
@@ -42,7 +43,7 @@ func NewGuard(opts ...Option) (*Guard, error) {
 	if o.strict {
 		cmp = "<"
 	}
-	return &Guard{table: ts.guard, strict: o.strict, q: `WITH up AS (
+	return &Guard{table: ts.guard, strict: o.strict, metrics: o.guardMetrics, q: `WITH up AS (
 		INSERT INTO ` + G + ` AS g (resource, token) VALUES ($1, $2)
 		ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE g.token ` + cmp + ` EXCLUDED.token
 		RETURNING token
@@ -61,6 +62,12 @@ func (g *Guard) Admit(ctx context.Context, q Querier, resource string, token int
 	if err := fence.CheckToken(resource, token); err != nil {
 		return err
 	}
+	err := g.admit(ctx, q, resource, token)
+	g.metrics.Record(ctx, err)
+	return err
+}
+
+func (g *Guard) admit(ctx context.Context, q Querier, resource string, token int64) error {
 	var (
 		ok      bool
 		highest int64

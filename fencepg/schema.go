@@ -95,9 +95,10 @@ func (t Tables) parse() (tables, error) {
 type Option func(*options)
 
 type options struct {
-	tables    Tables
-	autoSetup bool
-	strict    bool
+	tables       Tables
+	autoSetup    bool
+	strict       bool
+	guardMetrics *fence.GuardMetrics
 }
 
 // WithTables sets the table names; zero fields keep their defaults.
@@ -111,6 +112,12 @@ func WithAutoSetup() Option { return func(o *options) { o.autoSetup = true } }
 // Strict makes a Guard admit only tokens above the highest admitted
 // (token > highest) instead of the default token >= highest.
 func Strict() Option { return func(o *options) { o.strict = true } }
+
+// WithGuardMetrics makes a Guard count its admissions and stale refusals
+// in m (see fence.NewGuardMetrics) and add an event to the caller's span
+// on each refusal. An admission is counted when Admit admits, whether or
+// not the caller's transaction then commits. Drivers ignore it.
+func WithGuardMetrics(m *fence.GuardMetrics) Option { return func(o *options) { o.guardMetrics = m } }
 
 func collect(opts []Option) (options, tables, error) {
 	var o options

@@ -30,9 +30,10 @@ import (
 // without writing anything, sharing the record with Set and HSet of the
 // same key.
 type Guard struct {
-	rdb    redis.UniversalClient
-	prefix string
-	strict bool
+	rdb     redis.UniversalClient
+	prefix  string
+	strict  bool
+	metrics *fence.GuardMetrics
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -44,6 +45,11 @@ type GuardOption func(*Guard)
 // so each token writes once. The default admits tokens >= the highest, so
 // one holder may write many times with its token.
 func StrictGuard() GuardOption { return func(g *Guard) { g.strict = true } }
+
+// WithGuardMetrics counts the Guard's admissions and stale refusals in m
+// (see fence.NewGuardMetrics), and adds an event to the caller's span on
+// each refusal.
+func WithGuardMetrics(m *fence.GuardMetrics) GuardOption { return func(g *Guard) { g.metrics = m } }
 
 // WithGuardPrefix sets the prefix of the record keys (default
 // "fence:guard:"). It must not contain '{' or '}'.
@@ -129,6 +135,12 @@ func (g *Guard) run(ctx context.Context, key string, token int64, write bool, op
 	if err := fence.CheckToken(key, token); err != nil {
 		return err
 	}
+	err := g.runOnce(ctx, key, token, write, op, args...)
+	g.metrics.Record(ctx, err)
+	return err
+}
+
+func (g *Guard) runOnce(ctx context.Context, key string, token int64, write bool, op string, args ...any) error {
 	keys := []string{g.record(key)}
 	if write {
 		keys = append(keys, key)

@@ -1,12 +1,16 @@
 package fenceredis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/testserver"
@@ -97,6 +101,39 @@ func TestGuardRefusesStaleToken(t *testing.T) {
 	}
 	if h, _ := g.Highest(ctx, "balance"); h != 34 {
 		t.Errorf("Highest = %d after a failed write with token 40; want 34 (nothing recorded)", h)
+	}
+}
+
+// With WithGuardMetrics, admissions and stale refusals are counted.
+func TestGuardMetrics(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.Redis(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	g := mustGuard(t, srv.Addr(), WithGuardMetrics(fence.NewGuardMetrics(mp, "redis")))
+	g.Admit(ctx, "r", 7)
+	g.Set(ctx, "r", 7, "v")
+	g.Set(ctx, "r", 6, "old")
+	g.Admit(ctx, "r", 0) // invalid: not counted
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range sum.DataPoints {
+					if v, _ := p.Attributes.Value("fence.guard"); v.AsString() == "redis" {
+						got[m.Name] += p.Value
+					}
+				}
+			}
+		}
+	}
+	if got["fence.guard.admitted"] != 2 || got["fence.guard.refused"] != 1 {
+		t.Errorf("guard counters %v; want 2 admitted, 1 refused", got)
 	}
 }
 

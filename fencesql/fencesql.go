@@ -61,8 +61,9 @@ type Querier interface {
 type Option func(*options)
 
 type options struct {
-	table  string
-	strict bool
+	table   string
+	strict  bool
+	metrics *fence.GuardMetrics
 }
 
 // WithTable sets the guard table's name: letters, digits and underscores,
@@ -73,10 +74,17 @@ func WithTable(name string) Option { return func(o *options) { o.table = name } 
 // Strict makes the guard admit only tokens above the highest admitted.
 func Strict() Option { return func(o *options) { o.strict = true } }
 
+// WithMetrics counts the guard's admissions and stale refusals in m (see
+// fence.NewGuardMetrics), and adds an event to the caller's span on each
+// refusal. An admission is counted when Admit admits, whether or not the
+// caller's transaction then commits.
+func WithMetrics(m *fence.GuardMetrics) Option { return func(o *options) { o.metrics = m } }
+
 // Guard checks and records fencing tokens in a guard table.
 type Guard struct {
 	dialect Dialect
 	strict  bool
+	metrics *fence.GuardMetrics
 	create  string
 	admit   string // Postgres and SQLite: the one-statement check-and-record
 	ensure  string // MySQL: make the resource's row exist, locked
@@ -118,7 +126,7 @@ func New(dialect Dialect, opts ...Option) (*Guard, error) {
 	if o.strict {
 		cmp = "<"
 	}
-	g := &Guard{dialect: dialect, strict: o.strict}
+	g := &Guard{dialect: dialect, strict: o.strict, metrics: o.metrics}
 	switch dialect {
 	case Postgres:
 		g.create = `CREATE TABLE IF NOT EXISTS ` + G + ` (resource text PRIMARY KEY, token bigint NOT NULL)`
@@ -168,6 +176,12 @@ func (g *Guard) Admit(ctx context.Context, q Querier, resource string, token int
 	if err := fence.CheckToken(resource, token); err != nil {
 		return err
 	}
+	err := g.admitOnce(ctx, q, resource, token)
+	g.metrics.Record(ctx, err)
+	return err
+}
+
+func (g *Guard) admitOnce(ctx context.Context, q Querier, resource string, token int64) error {
 	if g.dialect == MySQL {
 		return g.admitMySQL(ctx, q, resource, token)
 	}
