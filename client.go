@@ -172,7 +172,7 @@ var errWaitTimeout = errors.New("fence: wait timeout")
 // acquireBlocking waits inside a driver whose store queues waiters.
 func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg config, req Request, held *HeldError) (*Lease, error) {
 	for {
-		req.Owner = newOwnerID(cfg.ownerPrefix)
+		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta)
 		sent := time.Now()
 		claim, err := b.Acquire(waitCtx, req)
 		if err != nil {
@@ -266,7 +266,7 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Re
 			timer.Stop()
 		}
 
-		req.Owner = newOwnerID(cfg.ownerPrefix)
+		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta)
 		sent := time.Now()
 		claim, err := c.drv.TryAcquire(waitCtx, req)
 		if err == nil {
@@ -406,10 +406,15 @@ var (
 	pidString   = strconv.Itoa(os.Getpid())
 )
 
+// holderMeta returns the metadata of one acquisition attempt: the
+// caller's, plus "host", "pid" and "acquired_at" (now, RFC 3339, on this
+// machine's clock: for people to read, never for validity) unless the
+// caller set them.
 func holderMeta(user map[string]string) map[string]string {
-	m := make(map[string]string, len(user)+2)
+	m := make(map[string]string, len(user)+3)
 	m["host"] = hostname
 	m["pid"] = pidString
+	m["acquired_at"] = time.Now().UTC().Format(time.RFC3339Nano)
 	for k, v := range user {
 		m[k] = v
 	}

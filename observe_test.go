@@ -539,3 +539,35 @@ func TestWarnsWhenWorkRepeatedlyOutlastsTTL(t *testing.T) {
 		t.Errorf("no warning after two holds longer than the TTL; logs:\n%s", logs.String())
 	}
 }
+
+// Holders say when they acquired the key: the granted attempt, not the
+// start of the wait before it.
+func TestHolderMetaSaysWhenAcquired(t *testing.T) {
+	ctx := ctxT(t)
+	store := fencemem.New()
+	c := fence.New(store)
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(time.Second, func() { l.Release(ctx) })
+	l2, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	h, err := c.Inspect(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, h.Meta["acquired_at"])
+	if err != nil {
+		t.Fatalf("acquired_at %q: %v", h.Meta["acquired_at"], err)
+	}
+	if d := l2.AcquiredAt().Sub(at); d < 0 || d > 800*time.Millisecond {
+		t.Errorf("acquired_at %v is %v before the grant; want the granted attempt's time", at, d)
+	}
+	if h.Meta["host"] == "" || h.Meta["pid"] == "" {
+		t.Errorf("meta %v lacks host or pid", h.Meta)
+	}
+}

@@ -133,8 +133,9 @@ func WithOwner(prefix string) Option {
 }
 
 // WithMetadata adds holder metadata that stores keep where they can and
-// show in Inspect, List and the CLI. fence itself sets "host" and "pid"
-// unless given here.
+// show in Inspect, List and the CLI. fence itself sets "host", "pid" and
+// "acquired_at" (RFC 3339, this machine's clock, informational) unless
+// given here.
 func WithMetadata(meta map[string]string) Option {
 	return func(c *config) {
 		if c.meta == nil {
