@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/testserver"
 )
@@ -178,4 +180,81 @@ func TestSentinelFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A failover whose old master stays up, as an operator makes for
+// maintenance (SENTINEL FAILOVER): Sentinel demotes the old master and
+// closes its clients' connections, go-redis follows to the new master, a
+// lease whose lock was replicated survives, and waiters subscribed before
+// hear releases made on the new master.
+func TestSentinelSwitchover(t *testing.T) {
+	ctx := testCtx(t)
+	rs := testserver.RedisSentinel(t, 1, 1)
+	connect := connectSentinel(rs)
+	old := rs.Master()
+	c := mustClient(t, mustOpen(t, connect), fence.WithTTL(30*time.Second), fence.WithRenewInterval(time.Second))
+	other := mustClient(t, mustOpen(t, connect))
+	watcher := mustOpen(t, connect).(*Store)
+
+	held, err := c.TryAcquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched, err := watcher.Watch(ctx, "watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onOld := newClient(old.Addr())
+	defer onOld.Close()
+	if n, err := onOld.Wait(ctx, 1, 10*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v", n, err)
+	}
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: rs.SentinelAddrs()[0]})
+	defer sentinel.Close()
+	if err := sentinel.Failover(ctx, rs.MasterName()).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	promoted := rs.WaitFailover(old)
+	rs.WaitReady() // the old master is a replica of the new one
+	t.Logf("switched over from %s to %s", old.Addr(), promoted.Addr())
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := held.Renew(ctx)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, fence.ErrLost) || time.Now().After(deadline) {
+			t.Fatalf("renewing after the switchover: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case <-watched:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no wake-up after the switchover (resubscription on the new master)")
+	}
+	l, err := other.TryAcquire(ctx, "watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-watched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("release on the new master not heard by a waiter subscribed before the switchover")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("release after the switchover: %v", err)
+	}
+	l, err = other.TryAcquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() <= held.Token() {
+		t.Errorf("token %d after the switchover is not above %d", l.Token(), held.Token())
+	}
+	_ = l.Release(ctx)
 }
