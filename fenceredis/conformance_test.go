@@ -35,6 +35,16 @@ func TestConformanceCluster(t *testing.T) {
 	})
 }
 
+// A Sentinel-managed master, reached through a failover client. No
+// failover happens here; TestSentinelFailover makes one.
+func TestConformanceSentinel(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL:   suiteTTL,
+		Setup: store(func(t *testing.T) string { return connectSentinel(testserver.RedisSentinel(t, 1, 1)) }),
+		Open:  func(c string) (fence.Driver, func() error, error) { return open(c) },
+	})
+}
+
 func TestConformanceRedlock3(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,

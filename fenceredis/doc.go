@@ -48,7 +48,8 @@
 // # What it does not promise
 //
 // A lease on one Redis is only as durable as that Redis: a failover to a
-// replica that had not yet received the lock lets a second holder in.
+// replica that had not yet received the lock lets a second holder in
+// until the first one's next renewal, which then ends its lease.
 // Redlock tolerates the loss of a minority of its servers but assumes
 // bounded clock drift and process pauses. In both cases the fencing
 // token, checked by the resource (Guard, or the guards of other

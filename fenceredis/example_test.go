@@ -57,6 +57,24 @@ func ExampleNew_cluster() {
 	_ = fence.New(store)
 }
 
+// A master managed by Redis Sentinel: the same Store over a failover
+// client, which asks the Sentinels where the master is. See docs/redis.md
+// for what a failover keeps.
+func ExampleNew_sentinel() {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "mymaster",
+		SentinelAddrs:         []string{"sentinel-a:26379", "sentinel-b:26379", "sentinel-c:26379"},
+		ContextTimeoutEnabled: true,
+	})
+	defer rdb.Close()
+	store, err := fenceredis.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	_ = fence.New(store)
+}
+
 // Redlock over three independent servers: a lease needs two of them.
 func ExampleNewRedlock() {
 	var servers []redis.UniversalClient

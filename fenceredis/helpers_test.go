@@ -15,8 +15,9 @@ import (
 )
 
 // Test deployments are named by a connect string, so that fencetest's
-// contender processes can reach them: "single:ADDR", "cluster:A,B,C" or
-// "redlock:A,B,C".
+// contender processes can reach them: "single:ADDR", "cluster:A,B,C",
+// "redlock:A,B,C" or "sentinel:MASTERNAME@S1,S2,S3" (the Sentinels'
+// addresses).
 
 func newClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
@@ -26,10 +27,26 @@ func newClusterClient(addrs []string) *redis.ClusterClient {
 	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 }
 
+// newFailoverClient returns a client of the master the Sentinels at addrs
+// name, made the way an application would make it: through
+// NewUniversalClient, which makes a failover client when MasterName is set.
+func newFailoverClient(masterName string, sentinels []string) redis.UniversalClient {
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		MasterName:            masterName,
+		Addrs:                 sentinels,
+		ContextTimeoutEnabled: true,
+	})
+}
+
 // clients returns one client per server of the deployment (one cluster
 // client for a cluster).
 func clients(connect string) (kind string, cs []redis.UniversalClient) {
 	kind, list, _ := strings.Cut(connect, ":")
+	switch kind {
+	case "sentinel":
+		name, list, _ := strings.Cut(list, "@")
+		return kind, []redis.UniversalClient{newFailoverClient(name, strings.Split(list, ","))}
+	}
 	addrs := strings.Split(list, ",")
 	switch kind {
 	case "cluster":
@@ -140,6 +157,10 @@ func connectRedlock(ss []*testserver.RedisServer) string {
 		addrs[i] = s.Addr()
 	}
 	return "redlock:" + strings.Join(addrs, ",")
+}
+
+func connectSentinel(s *testserver.RedisSentinelServer) string {
+	return "sentinel:" + s.MasterName() + "@" + strings.Join(s.SentinelAddrs(), ",")
 }
 
 func testCtx(t testing.TB) context.Context {

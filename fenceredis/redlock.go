@@ -50,8 +50,9 @@ var ErrNoQuorum = errors.New("fenceredis: no quorum of redlock servers")
 //
 // See docs/redis.md for what Redlock does and does not promise.
 type Redlock struct {
-	stores []*Store
-	quorum int
+	stores  []*Store
+	quorum  int
+	running sync.WaitGroup // calls gather left running on slower servers
 }
 
 var (
@@ -83,9 +84,27 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, erro
 // Quorum returns how many servers must agree: N/2+1.
 func (r *Redlock) Quorum() int { return r.quorum }
 
-// Close stops the subscriptions on every server. It does not close the
-// clients.
+// closeGrace bounds how long Close waits for calls still running on slower
+// servers.
+const closeGrace = 2 * time.Second
+
+// Close waits up to two seconds for calls still running on slower servers
+// (the rest of a release that already had its quorum, say), so that
+// closing the clients right after a Release does not leave the lock on
+// them until its TTL, and stops the subscriptions on every server. It does
+// not close the clients.
 func (r *Redlock) Close() error {
+	done := make(chan struct{})
+	go func() {
+		r.running.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(closeGrace)
+	select {
+	case <-done:
+	case <-timer.C:
+	}
+	timer.Stop()
 	for _, s := range r.stores {
 		s.Close()
 	}
@@ -105,14 +124,17 @@ type outcome[T any] struct {
 // Calls still running then carry on in the background until they finish or
 // deadline passes: an acquire or extend that has its quorum still lands on
 // the slower servers, so the lease does not hang on a bare quorum that the
-// loss of one more server would end.
-func gather[T any](ctx context.Context, deadline time.Time, stores []*Store,
+// loss of one more server would end. Every call is counted in running, which
+// Redlock.Close waits for.
+func gather[T any](ctx context.Context, deadline time.Time, running *sync.WaitGroup, stores []*Store,
 	call func(context.Context, *Store) (T, error), stop func([]outcome[T]) bool) []outcome[T] {
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	ch := make(chan outcome[T], len(stores))
 	var calls sync.WaitGroup
 	for _, s := range stores {
+		running.Add(1)
 		calls.Go(func() {
+			defer running.Done()
 			v, err := call(callCtx, s)
 			ch <- outcome[T]{v, err}
 		})
@@ -194,7 +216,7 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 	// attempt is abandoned, a server that grants it late lets go again.
 	req.Owner = attemptValue(req.Owner)
 	var abandoned atomic.Bool
-	got := gather(phaseCtx, deadline, r.stores, func(ctx context.Context, s *Store) (reservation, error) {
+	got := gather(phaseCtx, deadline, &r.running, r.stores, func(ctx context.Context, s *Store) (reservation, error) {
 		res, err := s.reserve(ctx, req)
 		if err == nil && res.ok && abandoned.Load() {
 			_ = s.release(ctx, req.Key, req.Owner)
@@ -227,7 +249,7 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 	}
 
 	// Phase 2: raise a quorum's counters to the chosen token.
-	raised := gather(phaseCtx, deadline, holders, func(ctx context.Context, s *Store) (bool, error) {
+	raised := gather(phaseCtx, deadline, &r.running, holders, func(ctx context.Context, s *Store) (bool, error) {
 		return s.raise(ctx, req.Key, req.Owner, token, req.TTL)
 	}, decided(len(holders), r.quorum, isTrue))
 	yes, _, _, errs = tally(len(holders), raised, isTrue)
@@ -257,7 +279,7 @@ func (r *Redlock) noQuorum(op, key string, yes int, errs []error) error {
 func (r *Redlock) rollback(ctx context.Context, req fence.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.TTL)
 	defer cancel()
-	gather(ctx, time.Now().Add(req.TTL), r.stores, func(ctx context.Context, s *Store) (struct{}, error) {
+	gather(ctx, time.Now().Add(req.TTL), &r.running, r.stores, func(ctx context.Context, s *Store) (struct{}, error) {
 		return struct{}{}, s.release(ctx, req.Key, req.Owner)
 	}, nil)
 }
@@ -285,7 +307,7 @@ func (c *redlockClaim) Token() int64 { return c.token }
 // Extend is compare-and-PEXPIRE on every server; a quorum must agree.
 func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 	r, n := c.r, len(c.r.stores)
-	got := gather(ctx, deadlineOf(ctx, ttl), r.stores, func(ctx context.Context, s *Store) (bool, error) {
+	got := gather(ctx, deadlineOf(ctx, ttl), &r.running, r.stores, func(ctx context.Context, s *Store) (bool, error) {
 		return notHeldIsFalse(s.extend(ctx, c.key, c.owner, ttl))
 	}, decided(n, r.quorum, isTrue))
 	yes, no, _, errs := tally(n, got, isTrue)
@@ -303,7 +325,7 @@ func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 // released (the rest carry on in the background).
 func (c *redlockClaim) Release(ctx context.Context) error {
 	r, n := c.r, len(c.r.stores)
-	got := gather(ctx, deadlineOf(ctx, time.Minute), r.stores, func(ctx context.Context, s *Store) (bool, error) {
+	got := gather(ctx, deadlineOf(ctx, time.Minute), &r.running, r.stores, func(ctx context.Context, s *Store) (bool, error) {
 		return notHeldIsFalse(s.release(ctx, c.key, c.owner))
 	}, decided(n, r.quorum, isTrue))
 	yes, no, _, errs := tally(n, got, isTrue)
@@ -328,7 +350,7 @@ func notHeldIsFalse(err error) (bool, error) {
 // name, with the highest token among them and the time until fewer than a
 // quorum would hold it.
 func (r *Redlock) Inspect(ctx context.Context, key string) (fence.Holder, error) {
-	got := gather(ctx, deadlineOf(ctx, time.Minute), r.stores, func(ctx context.Context, s *Store) (fence.Holder, error) {
+	got := gather(ctx, deadlineOf(ctx, time.Minute), &r.running, r.stores, func(ctx context.Context, s *Store) (fence.Holder, error) {
 		h, err := s.Inspect(ctx, key)
 		if errors.Is(err, fence.ErrNotHeld) {
 			return fence.Holder{}, nil
@@ -356,7 +378,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (fence.Holder, error)
 // List implements fence.Lister: Store.List on every server (a SCAN of each
 // whole keyspace), keeping the keys a quorum agree on.
 func (r *Redlock) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
-	got := gather(ctx, deadlineOf(ctx, time.Minute), r.stores, func(ctx context.Context, s *Store) ([]fence.Holder, error) {
+	got := gather(ctx, deadlineOf(ctx, time.Minute), &r.running, r.stores, func(ctx context.Context, s *Store) ([]fence.Holder, error) {
 		return s.List(ctx, prefix)
 	}, nil)
 	byKey := make(map[string][]fence.Holder)

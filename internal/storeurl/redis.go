@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -22,18 +23,29 @@ import (
 //	redis+cluster://[user:password@]h1:6379,h2:6379[?options]  a Cluster (seed nodes)
 //	rediss+cluster://...                                     a Cluster, TLS
 //	redlock://[user:password@]h1:6379,h2:6379,h3:6379[/db][?options]  Redlock
+//	redis+sentinel://[user:password@]s1:26379,s2:26379/master[/db][?options]  the master Sentinels name
+//	rediss+sentinel://...                                    the same, TLS
 //
 // Options are go-redis's URL options (dial_timeout, read_timeout,
 // pool_size, ...) and fence's own: prefix (key prefix, default "fence:")
 // and token_retention (a Go duration, default 1h). Host lists take host
 // names or IPv4 addresses. Open pings the servers: a single server or a
-// Cluster must answer, and a quorum of Redlock's.
+// Cluster must answer, a quorum of Redlock's, and through Sentinel the
+// master.
+//
+// In a Sentinel URL the hosts are Sentinels (port 26379 if none is given)
+// and the path names the master as the Sentinels know it, then optionally
+// the database. The user and password are the Redis servers' (as in every
+// other Redis URL); the Sentinels' own, if they require one, are the
+// sentinel_username and sentinel_password options.
 func init() {
 	Register("redis", openRedis, "redis://[user:password@]host:6379[/db][?prefix=fence:]")
 	Register("rediss", openRedis, "rediss://[user:password@]host:6380[/db] (TLS)")
 	Register("redis+cluster", openRedisCluster, "redis+cluster://[user:password@]host1:6379,host2:6379")
 	Register("rediss+cluster", openRedisCluster, "rediss+cluster://[user:password@]host1:6380,host2:6380 (TLS)")
 	Register("redlock", openRedlock, "redlock://[user:password@]host1:6379,host2:6379,host3:6379")
+	Register("redis+sentinel", openRedisSentinel, "redis+sentinel://[user:password@]sentinel1:26379,sentinel2:26379/mastername[/db]")
+	Register("rediss+sentinel", openRedisSentinel, "rediss+sentinel://[user:password@]sentinel1:26379,sentinel2:26379/mastername (TLS)")
 	// The fence command reports store errors itself; go-redis's own log
 	// lines (a line per failed dial) would repeat them on its stderr.
 	redis.SetLogger(quietLogger{})
@@ -138,6 +150,71 @@ func openRedisCluster(ctx context.Context, u *url.URL) (fence.Driver, io.Closer,
 	o.ContextTimeoutEnabled = true
 	rdb := redis.NewClusterClient(o)
 	return openStore(ctx, rdb, fopts)
+}
+
+// sentinelPort is Sentinel's standard port, for hosts given without one.
+const sentinelPort = "26379"
+
+func openRedisSentinel(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
+	scheme := strings.TrimSuffix(u.Scheme, "+sentinel")
+	fopts, rest, err := redisOptions(u, scheme)
+	if err != nil {
+		return nil, nil, err
+	}
+	hs, err := hosts(u)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, h := range hs {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			hs[i] = net.JoinHostPort(h, sentinelPort)
+		}
+	}
+	path := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if path[0] == "" || len(path) > 2 {
+		return nil, nil, badURL(u.String(), "the path must name the master, as the Sentinels know it (/mastername or /mastername/db)")
+	}
+	q := rest.Query()
+	for _, name := range []string{"master_name", "replica_only", "route_by_latency", "route_randomly"} {
+		if q.Has(name) {
+			return nil, nil, badURL(u.String(), "option %s is not taken: the path names the master, and every command goes to it", name)
+		}
+	}
+	sentinelUser, sentinelPassword := q.Get("sentinel_username"), q.Get("sentinel_password")
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	if u.User != nil && (q.Has("username") || q.Has("password")) {
+		return nil, nil, badURL(u.String(), "credentials given twice: in the URL's user info and as username/password options")
+	}
+	q.Set("master_name", path[0])
+	for _, h := range hs[1:] {
+		q.Add("addr", h)
+	}
+	// go-redis reads the user info as the Sentinels' credentials; here it is
+	// the Redis servers', as in every other Redis URL, so it is set below.
+	rest.User = nil
+	rest.Host = hs[0]
+	rest.Path = ""
+	if len(path) == 2 {
+		rest.Path = "/" + path[1]
+	}
+	rest.RawQuery = q.Encode()
+	o, err := redis.ParseFailoverURL(rest.String())
+	if err != nil {
+		return nil, nil, goRedisError(u, err)
+	}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPassword
+	if o.TLSConfig != nil {
+		// go-redis names the first Sentinel as every server's: with no name
+		// set, each connection checks the certificate against its own host.
+		o.TLSConfig.ServerName = ""
+	}
+	o.ContextTimeoutEnabled = true
+	return openStore(ctx, redis.NewFailoverClient(o), fopts)
 }
 
 func openStore(ctx context.Context, rdb redis.UniversalClient, opts []fenceredis.Option) (fence.Driver, io.Closer, error) {

@@ -115,3 +115,101 @@ func TestOpenRedisBadURLs(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenRedisSentinel(t *testing.T) {
+	rs := testserver.RedisSentinel(t, 1, 1)
+	ctx := context.Background()
+	raw := "redis+sentinel://" + strings.Join(rs.SentinelAddrs(), ",") + "/" + rs.MasterName() + "/2?prefix=app:&token_retention=10m"
+	drv, _ := openAndLock(t, raw, "k")
+	if _, ok := drv.(*fenceredis.Store); !ok {
+		t.Errorf("redis+sentinel:// opened %T", drv)
+	}
+	// The lease was taken on the master, in database 2, under the prefix:
+	// its counter is there, with the retention.
+	onMaster := redis.NewClient(&redis.Options{Addr: rs.Master().Addr(), DB: 2})
+	defer onMaster.Close()
+	if pttl, err := onMaster.PTTL(ctx, "app:{k}:token").Result(); err != nil || pttl <= time.Minute || pttl > 11*time.Minute {
+		t.Errorf("counter app:{k}:token in database 2 of the master: PTTL %v, %v; want about 10m", pttl, err)
+	}
+	// ?db= works too, as go-redis's option.
+	openAndLock(t, "redis+sentinel://"+rs.SentinelAddrs()[0]+"/"+rs.MasterName()+"?db=3", "k")
+	db3 := redis.NewClient(&redis.Options{Addr: rs.Master().Addr(), DB: 3})
+	defer db3.Close()
+	if n, err := db3.Exists(ctx, "fence:{k}:token").Result(); err != nil || n != 1 {
+		t.Errorf("?db=3: counter in database 3 of the master: %d, %v; want 1", n, err)
+	}
+}
+
+// The user info holds the Redis servers' password, sentinel_password the
+// Sentinels'.
+func TestOpenRedisSentinelPasswords(t *testing.T) {
+	rs := testserver.RedisSentinel(t, 1, 1)
+	ctx := context.Background()
+	do := func(addr string, args ...any) {
+		t.Helper()
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		if err := c.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("%s %v: %v", addr, args, err)
+		}
+	}
+	sentinel := rs.SentinelAddrs()[0]
+	do(sentinel, "SENTINEL", "SET", rs.MasterName(), "auth-pass", "data-pw")
+	for _, n := range rs.Replicas() {
+		do(n.Addr(), "CONFIG", "SET", "masterauth", "data-pw")
+		do(n.Addr(), "CONFIG", "SET", "requirepass", "data-pw")
+	}
+	do(rs.Master().Addr(), "CONFIG", "SET", "requirepass", "data-pw")
+	do(sentinel, "ACL", "SETUSER", "default", "on", ">sentinel-pw")
+
+	base := "redis+sentinel://" + sentinel + "/" + rs.MasterName()
+	with := func(userinfo, query string) string {
+		return strings.Replace(base, "//", "//"+userinfo, 1) + query
+	}
+	openAndLock(t, with(":data-pw@", "?sentinel_password=sentinel-pw"), "k")
+	for _, raw := range []string{
+		with(":data-pw@", ""),                                // the Sentinel wants its password
+		with(":wrong-pw@", "?sentinel_password=sentinel-pw"), // the master refuses
+		with(":data-pw@", "?sentinel_password=wrong-pw"),     // the Sentinel refuses
+		with("", "?sentinel_password=sentinel-pw"),           // the master wants its password
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, _, err := storeurl.Open(cctx, raw)
+		cancel()
+		if err == nil {
+			t.Errorf("Open(%s) succeeded", storeurl.Redact(raw))
+			continue
+		}
+		t.Logf("Open(%s): %v", storeurl.Redact(raw), err)
+		for _, pw := range []string{"data-pw", "wrong-pw", "sentinel-pw"} {
+			if strings.Contains(err.Error(), pw) {
+				t.Errorf("error shows a password: %v", err)
+			}
+		}
+	}
+}
+
+func TestOpenRedisSentinelBadURLs(t *testing.T) {
+	for _, raw := range []string{
+		"redis+sentinel://s1:26379,s2:26379",
+		"redis+sentinel://s1:26379/",
+		"redis+sentinel://s1:26379/m/0/extra",
+		"redis+sentinel://s1:26379/m/notanumber",
+		"redis+sentinel://s1:26379/m?master_name=other",
+		"redis+sentinel://s1:26379/m?replica_only=true",
+		"redis+sentinel://s1:26379/m?route_by_latency=true",
+		"redis+sentinel://s1:26379/m?route_randomly=true",
+		"redis+sentinel://:pw@s1:26379/m?password=pw2",
+		"redis+sentinel://s1:26379,,s2:26379/m",
+		"redis+sentinel:///m",
+		"redis+sentinel://s1:26379/m?bogus_option=1&sentinel_password=pw",
+	} {
+		_, _, err := storeurl.Open(context.Background(), raw)
+		if !errors.Is(err, storeurl.ErrBadURL) {
+			t.Errorf("Open(%q): %v; want ErrBadURL", raw, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), ":pw@") || strings.Contains(err.Error(), "=pw")) {
+			t.Errorf("Open(%q): error shows the password: %v", raw, err)
+		}
+	}
+}

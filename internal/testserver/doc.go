@@ -14,6 +14,7 @@
 //	r := testserver.Redis(t)                   // r.Addr(), r.URL()
 //	rs := testserver.Redises(t, 3)             // independent servers, for Redlock
 //	rc := testserver.RedisCluster(t, 3)        // rc.Addrs(), rc.Nodes[i]
+//	rs := testserver.RedisSentinel(t, 1, 3)    // rs.MasterName(), rs.SentinelAddrs(), rs.Master()
 //	pg := testserver.Postgres(t)               // pg.DSN(): postgres://postgres@127.0.0.1:P/test?sslmode=disable
 //	my := testserver.MariaDB(t)                // my.DSN(): root@tcp(127.0.0.1:P)/test
 //	e := testserver.Etcd(t)                    // e.Endpoints()
@@ -42,6 +43,13 @@
 //
 // Kill, Stop and Cont may be called from any goroutine; Restart fails the
 // test on error and so must be called from the test goroutine.
+//
+// A RedisSentinel setup fails over for real: kill its Master() and
+// WaitFailover returns the replica the Sentinels promoted, typically a few
+// seconds later (SentinelDownAfter, then an election). The data servers
+// keep their role in a configuration file that Sentinel rewrites, so a
+// restarted old master rejoins as a replica once the Sentinels reconfigure
+// it; WaitReady waits for that.
 //
 // # Missing programs: skip, or fail under FENCE_TEST_STRICT=1
 //

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -29,7 +30,7 @@ func (r *RedisServer) URL() string { return "redis://" + r.Addr() }
 func Redis(t testing.TB, opts ...Option) *RedisServer {
 	t.Helper()
 	bin := Require(t, "redis-server")
-	return startRedis(t, bin, false, collect(opts))
+	return startRedis(t, bin, redisSpec{}, collect(opts))
 }
 
 // Redises starts n independent redis-servers, as Redlock needs.
@@ -39,18 +40,36 @@ func Redises(t testing.TB, n int, opts ...Option) []*RedisServer {
 	o := collect(opts)
 	out := make([]*RedisServer, n)
 	for i := range out {
-		out[i] = startRedis(t, bin, false, o)
+		out[i] = startRedis(t, bin, redisSpec{}, o)
 	}
 	return out
 }
 
-func startRedis(t testing.TB, bin string, cluster bool, o options) *RedisServer {
+// redisSpec says how a redis-server differs from a plain one.
+type redisSpec struct {
+	cluster bool // --cluster-enabled, with the cluster bus port (port+10000) free
+	// conf, if set, is the content of a configuration file written once into
+	// the server's directory and given before the arguments, so that CONFIG
+	// REWRITE (which Sentinel sends) has a file to keep its role in across
+	// restarts.
+	conf string
+	args []string // more arguments, before the Option ones
+}
+
+func startRedis(t testing.TB, bin string, s redisSpec, o options) *RedisServer {
 	t.Helper()
 	dir := dataDir(t, "redis")
+	var confPath string
+	if s.conf != "" {
+		confPath = filepath.Join(dir, "redis.conf")
+		if err := os.WriteFile(confPath, []byte(s.conf), 0o644); err != nil {
+			t.Fatalf("testserver: %v", err)
+		}
+	}
 	var srv *RedisServer
 	startRetrying(t, "redis-server", func() error {
 		offset := 0
-		if cluster {
+		if s.cluster {
 			offset = 10000 // the cluster bus listens on port+10000
 		}
 		port, err := freePort(offset)
@@ -58,7 +77,11 @@ func startRedis(t testing.TB, bin string, cluster bool, o options) *RedisServer 
 			return err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		args := []string{
+		var args []string
+		if confPath != "" {
+			args = append(args, confPath)
+		}
+		args = append(args,
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
 			"--save", "",
@@ -66,14 +89,15 @@ func startRedis(t testing.TB, bin string, cluster bool, o options) *RedisServer 
 			"--dir", dir,
 			"--daemonize", "no",
 			"--logfile", "",
-		}
-		if cluster {
+		)
+		if s.cluster {
 			args = append(args,
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 				"--cluster-node-timeout", "5000",
 			)
 		}
+		args = append(args, s.args...)
 		args = append(args, o.args...)
 		srv = &RedisServer{newProcess(t, procSpec{
 			name: "redis-server",
@@ -123,7 +147,7 @@ func RedisCluster(t testing.TB, masters int, opts ...Option) *RedisClusterServer
 	o := collect(opts)
 	c := &RedisClusterServer{tb: t}
 	for range masters {
-		c.Nodes = append(c.Nodes, startRedis(t, bin, true, o))
+		c.Nodes = append(c.Nodes, startRedis(t, bin, redisSpec{cluster: true}, o))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -390,5 +391,119 @@ func TestMariaDB(t *testing.T) {
 	rows, err = myQuery(ctx, m.Addr(), "test", "SELECT v FROM kv WHERE k = 'k'")
 	if err != nil || len(rows) != 1 || rows[0][0] != "v1" {
 		t.Fatalf("after Restart: rows %v, err %v; want [[v1]]: MariaDB must keep its data", rows, err)
+	}
+}
+
+func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
+	s := timed(t, "redis sentinel (master, replica, 3 sentinels)", func() *RedisSentinelServer { return RedisSentinel(t, 1, 3) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	seen := map[string]bool{}
+	for _, p := range []*Process{s.Nodes[0].Process, s.Nodes[1].Process, s.Sentinels[0].Process, s.Sentinels[1].Process, s.Sentinels[2].Process} {
+		checkProcess(t, p)
+		if seen[p.Addr()] {
+			t.Fatalf("two servers on %s", p.Addr())
+		}
+		seen[p.Addr()] = true
+	}
+	if len(s.Nodes) != 2 || len(s.SentinelAddrs()) != 3 || s.MasterName() == "" {
+		t.Fatalf("%d nodes, sentinels %v, master name %q", len(s.Nodes), s.SentinelAddrs(), s.MasterName())
+	}
+	master, replica := s.Nodes[0], s.Nodes[1]
+	if s.Master() != master || len(s.Replicas()) != 1 || s.Replicas()[0] != replica {
+		t.Fatalf("Master() = %s, Replicas() = %v; want %s and [%s]", s.Master().Addr(), s.Replicas(), master.Addr(), replica.Addr())
+	}
+	namesMaster := func(want *RedisServer) {
+		t.Helper()
+		for _, addr := range s.SentinelAddrs() {
+			v, err := redisDo(ctx, addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.MasterName())
+			hp, _ := v.([]any)
+			if err != nil || len(hp) != 2 || hp[0] != "127.0.0.1" || hp[1] != strconv.Itoa(want.Port()) {
+				t.Fatalf("sentinel %s: get-master-addr-by-name = %v, %v; want %s", addr, v, err, want.Addr())
+			}
+		}
+	}
+	namesMaster(master)
+	quick := func(sn *SentinelServer) {
+		t.Helper()
+		v, err := redisDo(ctx, sn.Addr(), "SENTINEL", "DEBUG")
+		if _, old := err.(redisError); old {
+			return // before Redis 7.0: Sentinel's own periods
+		}
+		if period := pairs(v)["INFO-PERIOD"]; err != nil || period != "1000" {
+			t.Errorf("sentinel %s: INFO-PERIOD %q, %v; want 1000", sn.Addr(), period, err)
+		}
+	}
+	for _, sn := range s.Sentinels {
+		quick(sn)
+	}
+
+	// Writes reach the replica, which refuses writes of its own.
+	if v, err := redisDo(ctx, master.Addr(), "SET", "k", "v1"); err != nil || v != "OK" {
+		t.Fatalf("SET on the master = %v, %v", v, err)
+	}
+	if v, err := redisDo(ctx, master.Addr(), "WAIT", "1", "10000"); err != nil || v != int64(1) {
+		t.Fatalf("WAIT 1 = %v, %v; want 1 replica", v, err)
+	}
+	if v, err := redisDo(ctx, replica.Addr(), "GET", "k"); err != nil || v != "v1" {
+		t.Fatalf("GET on the replica = %v, %v", v, err)
+	}
+	if _, err := redisDo(ctx, replica.Addr(), "SET", "k", "x"); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("SET on the replica: %v; want READONLY", err)
+	}
+
+	// Killing the master makes the Sentinels promote the replica, with the
+	// data it had.
+	master.Kill()
+	killed := time.Now()
+	promoted := s.WaitFailover(master)
+	t.Logf("failover took %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if promoted != replica || s.Master() != replica {
+		t.Fatalf("WaitFailover = %s, Master() = %s; want the replica %s", promoted.Addr(), s.Master().Addr(), replica.Addr())
+	}
+	namesMaster(replica)
+	if role, err := redisRole(ctx, replica.Addr()); err != nil || role[0] != "master" {
+		t.Fatalf("promoted replica: ROLE %v, %v", role, err)
+	}
+	if v, err := redisDo(ctx, replica.Addr(), "GET", "k"); err != nil || v != "v1" {
+		t.Fatalf("GET on the promoted replica = %v, %v", v, err)
+	}
+	if v, err := redisDo(ctx, replica.Addr(), "SET", "k", "v2"); err != nil || v != "OK" {
+		t.Fatalf("SET on the promoted replica = %v, %v", v, err)
+	}
+
+	// The old master comes back empty and a master, and the Sentinels turn
+	// it into a replica of the new one.
+	timed(t, "old master restart and reconfiguration", func() any { master.Restart(); s.WaitReady(); return nil })
+	role, err := redisRole(ctx, master.Addr())
+	if err != nil || role[0] != "slave" || role[2] != int64(replica.Port()) {
+		t.Fatalf("old master after restart: ROLE %v, %v; want a replica of %s", role, err, replica.Addr())
+	}
+	if v, err := redisDo(ctx, master.Addr(), "GET", "k"); err != nil || v != "v2" {
+		t.Fatalf("GET on the old master, now a replica = %v, %v; want v2", v, err)
+	}
+
+	// A Sentinel keeps what it learned across a restart.
+	sn := s.Sentinels[0]
+	sn.Kill()
+	sn.Restart()
+	namesMaster(replica)
+	quick(sn)
+	s.WaitReady()
+
+	// A restarted replica comes back empty and copies its master again.
+	master.Kill()
+	master.Restart()
+	s.WaitReady()
+	if v, err := redisDo(ctx, master.Addr(), "GET", "k"); err != nil || v != "v2" {
+		t.Fatalf("GET on the restarted replica = %v, %v; want v2", v, err)
+	}
+	// No RDB file is left that a restart would load: data servers come
+	// back empty.
+	for _, n := range s.Nodes {
+		if rdbs, _ := filepath.Glob(filepath.Join(n.dir, "*.rdb")); len(rdbs) > 0 {
+			t.Errorf("%s left %v", n.Addr(), rdbs)
+		}
 	}
 }

@@ -1,0 +1,385 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Sentinel timings: a master that answers nothing for SentinelDownAfter is
+// down, and a failover then takes a few seconds. SentinelFailoverTimeout
+// bounds each step of a failover; a Sentinel tries again after twice that.
+const (
+	SentinelDownAfter       = 2 * time.Second
+	SentinelFailoverTimeout = 4 * time.Second
+)
+
+// sentinelMasterName is the name the Sentinels monitor the master under.
+const sentinelMasterName = "fence-master"
+
+// RedisSentinelServer is a Redis master with replicas, watched by Redis
+// Sentinels, all private processes on loopback with no persistence.
+//
+// The data servers keep their role in a configuration file that Sentinel
+// rewrites (CONFIG REWRITE), as in a real deployment: a promoted replica
+// restarts as a master, a master that was failed over restarts as a master
+// too (it never heard of the failover) until the Sentinels turn it into a
+// replica of the new master, some seconds after they see it again. Every
+// restart of a data server brings it back empty; a replica then copies its
+// master's data again.
+type RedisSentinelServer struct {
+	// Nodes are the data servers: Nodes[0] started as the master, the others
+	// as its replicas. After a failover, Master tells which is the master.
+	Nodes []*RedisServer
+	// Sentinels monitor the master under MasterName, with a quorum of a
+	// majority of them.
+	Sentinels []*SentinelServer
+
+	tb testing.TB
+}
+
+// SentinelServer is a redis-server in Sentinel mode. Its configuration file,
+// in its own directory, is where Sentinel keeps what it learns (the current
+// master, the replicas and the other Sentinels); it survives Kill and
+// Restart, as a real Sentinel's does.
+type SentinelServer struct {
+	*Process
+}
+
+// MasterName returns the name the Sentinels know the master by, as
+// go-redis's FailoverOptions.MasterName takes it.
+func (s *RedisSentinelServer) MasterName() string { return sentinelMasterName }
+
+// SentinelAddrs returns the Sentinels' addresses, "127.0.0.1:port" each, as
+// go-redis's FailoverOptions.SentinelAddrs takes them.
+func (s *RedisSentinelServer) SentinelAddrs() []string {
+	out := make([]string, len(s.Sentinels))
+	for i, sn := range s.Sentinels {
+		out[i] = sn.Addr()
+	}
+	return out
+}
+
+// RedisSentinel starts a master redis-server, replicas (at least 1) that
+// replicate it (replicaof), and sentinels (at least 1) Sentinels that
+// monitor it with a quorum of sentinels/2+1, down-after-milliseconds
+// SentinelDownAfter and failover-timeout SentinelFailoverTimeout. It returns
+// once WaitReady does. opts apply to the data servers, not the Sentinels.
+func RedisSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *RedisSentinelServer {
+	t.Helper()
+	if replicas < 1 || sentinels < 1 {
+		t.Fatalf("testserver: RedisSentinel needs at least 1 replica and 1 sentinel, got %d and %d", replicas, sentinels)
+	}
+	bin := Require(t, "redis-server")
+	o := collect(opts)
+	s := &RedisSentinelServer{tb: t}
+	// Replicas sync over the socket at once (no RDB file, no 5 second wait
+	// for more replicas), and delete any RDB file a sync leaves, so a
+	// restarted server always comes back empty.
+	args := []string{
+		"--repl-diskless-sync", "yes",
+		"--repl-diskless-sync-delay", "0",
+		"--rdb-del-sync-files", "yes",
+	}
+	master := startRedis(t, bin, redisSpec{conf: "# fence test master\n", args: args}, o)
+	s.Nodes = append(s.Nodes, master)
+	for range replicas {
+		conf := fmt.Sprintf("# fence test replica\nreplicaof 127.0.0.1 %d\n", master.Port())
+		s.Nodes = append(s.Nodes, startRedis(t, bin, redisSpec{conf: conf, args: args}, o))
+	}
+	for range sentinels {
+		s.Sentinels = append(s.Sentinels, startSentinel(t, bin, master.Port(), sentinels/2+1))
+	}
+	s.WaitReady()
+	return s
+}
+
+func startSentinel(t testing.TB, bin string, masterPort, quorum int) *SentinelServer {
+	t.Helper()
+	dir := dataDir(t, "redis-sentinel")
+	conf := filepath.Join(dir, "sentinel.conf")
+	var sn *SentinelServer
+	startRetrying(t, "redis-sentinel", func() error {
+		port, err := freePort(0)
+		if err != nil {
+			return err
+		}
+		// Sentinel rewrites this file as it learns; it is written once per
+		// start attempt, before the first start, never on Restart.
+		name := sentinelMasterName
+		text := strings.Join([]string{
+			"port " + strconv.Itoa(port),
+			"bind 127.0.0.1",
+			"daemonize no",
+			`logfile ""`,
+			"dir " + dir,
+			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", name, masterPort, quorum),
+			fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, SentinelDownAfter.Milliseconds()),
+			fmt.Sprintf("sentinel failover-timeout %s %d", name, SentinelFailoverTimeout.Milliseconds()),
+			fmt.Sprintf("sentinel parallel-syncs %s 1", name),
+		}, "\n") + "\n"
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			return err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		sn = &SentinelServer{newProcess(t, procSpec{
+			name: "redis-sentinel",
+			path: bin,
+			args: []string{conf, "--sentinel"},
+			dir:  dir,
+			port: port,
+			ping: func(ctx context.Context) error {
+				v, err := redisDo(ctx, addr, "PING")
+				if err == nil && v != "PONG" {
+					err = fmt.Errorf("PING answered %q", v)
+				}
+				if err != nil {
+					return err
+				}
+				return sentinelQuicken(ctx, addr)
+			},
+		})}
+		return sn.start()
+	})
+	return sn
+}
+
+// sentinelQuicken shortens Sentinel's fixed periods (SENTINEL DEBUG, Redis
+// 7.0 and later; it is not kept in the configuration, so it is sent at
+// every start). Sentinel asks replicas for INFO every 10 seconds, and only
+// turns a returning old master into a replica 4 publish periods (8 seconds)
+// after an INFO showed it as a master: a restarted old master would rejoin
+// after some 20 seconds. A Sentinel whose clock seems to jump by 2 seconds
+// (a process starved on a loaded machine) stops acting for the tilt period,
+// 30 seconds, which a test waiting for a failover would wait out. Older
+// Sentinels refuse the command and keep their periods: slower, not wrong.
+func sentinelQuicken(ctx context.Context, addr string) error {
+	_, err := redisDo(ctx, addr, "SENTINEL", "DEBUG",
+		"info-period", "1000", "publish-period", "1000", "tilt-period", "5000")
+	if _, refused := err.(redisError); refused {
+		return nil
+	}
+	return err
+}
+
+// WaitReady waits until the setup is whole again, as after it started or
+// after a Restart: every running Sentinel names the same master, sees it up
+// (not down, no failover in progress), knows every other Sentinel and sees
+// every running replica connected; that master answers ROLE as a master;
+// every other running data server is its replica with the link up. It
+// fails the test after ReadyTimeout.
+func (s *RedisSentinelServer) WaitReady() {
+	s.tb.Helper()
+	s.waitFor("ready", func(ctx context.Context) (string, bool) {
+		why := s.health(ctx)
+		return why, why == ""
+	})
+}
+
+// Master returns the data server the Sentinels name as the master now. It
+// fails the test if no running Sentinel answers or they name a server that
+// is not one of Nodes.
+func (s *RedisSentinelServer) Master() *RedisServer {
+	s.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	defer cancel()
+	addr, err := s.masterAddr(ctx)
+	if err != nil {
+		s.tb.Fatalf("testserver: redis sentinel: %v", err)
+	}
+	n := s.node(addr)
+	if n == nil {
+		s.tb.Fatalf("testserver: redis sentinel: the master %s is none of the data servers", addr)
+	}
+	return n
+}
+
+// Replicas returns the data servers other than Master().
+func (s *RedisSentinelServer) Replicas() []*RedisServer {
+	s.tb.Helper()
+	m := s.Master()
+	var out []*RedisServer
+	for _, n := range s.Nodes {
+		if n != m {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// WaitFailover waits until every running Sentinel names a master other than
+// old and that server answers ROLE as a master, and returns it. Kill or
+// Stop old first. It fails the test after ReadyTimeout.
+func (s *RedisSentinelServer) WaitFailover(old *RedisServer) *RedisServer {
+	s.tb.Helper()
+	var promoted *RedisServer
+	s.waitFor("failover from "+old.Addr(), func(ctx context.Context) (string, bool) {
+		addr, err := s.masterAddr(ctx)
+		if err != nil {
+			return err.Error(), false
+		}
+		if addr == old.Addr() {
+			return "the Sentinels still name " + addr, false
+		}
+		n := s.node(addr)
+		if n == nil {
+			return "the Sentinels name " + addr + ", none of the data servers", false
+		}
+		if role, err := redisRole(ctx, addr); err != nil || role[0] != "master" {
+			return fmt.Sprintf("%s: ROLE %v, %v", addr, role, err), false
+		}
+		promoted = n
+		return "", true
+	})
+	return promoted
+}
+
+// waitFor polls check until it reports done, and fails the test with the
+// last reason it gave after ReadyTimeout.
+func (s *RedisSentinelServer) waitFor(what string, check func(ctx context.Context) (why string, done bool)) {
+	s.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		why, done := check(cctx)
+		ccancel()
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.tb.Fatalf("testserver: redis sentinel: not %s after %v: %s", what, ReadyTimeout, why)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// masterAddr returns the master every running Sentinel names; an error if
+// none runs, one does not answer, or they disagree.
+func (s *RedisSentinelServer) masterAddr(ctx context.Context) (string, error) {
+	addr := ""
+	for _, sn := range s.Sentinels {
+		if sn.Pid() == 0 {
+			continue
+		}
+		v, err := redisDo(ctx, sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sentinelMasterName)
+		if err != nil {
+			return "", fmt.Errorf("sentinel %s: %v", sn.Addr(), err)
+		}
+		hp, ok := v.([]any)
+		if !ok || len(hp) != 2 {
+			return "", fmt.Errorf("sentinel %s: get-master-addr-by-name answered %v", sn.Addr(), v)
+		}
+		a := net.JoinHostPort(fmt.Sprint(hp[0]), fmt.Sprint(hp[1]))
+		if addr != "" && a != addr {
+			return "", fmt.Errorf("sentinels disagree on the master: %s and %s", addr, a)
+		}
+		addr = a
+	}
+	if addr == "" {
+		return "", fmt.Errorf("no sentinel is running")
+	}
+	return addr, nil
+}
+
+func (s *RedisSentinelServer) node(addr string) *RedisServer {
+	for _, n := range s.Nodes {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// health returns what keeps the setup from being whole, or "" when it is.
+func (s *RedisSentinelServer) health(ctx context.Context) string {
+	master, err := s.masterAddr(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	m := s.node(master)
+	if m == nil || m.Pid() == 0 {
+		return "the Sentinels name " + master + ", which is not a running data server"
+	}
+	if role, err := redisRole(ctx, master); err != nil || role[0] != "master" {
+		return fmt.Sprintf("master %s: ROLE %v, %v", master, role, err)
+	}
+	var replicas []string
+	for _, n := range s.Nodes {
+		if n == m || n.Pid() == 0 {
+			continue
+		}
+		replicas = append(replicas, n.Addr())
+		role, err := redisRole(ctx, n.Addr())
+		if err != nil || len(role) < 4 || role[0] != "slave" ||
+			net.JoinHostPort(fmt.Sprint(role[1]), fmt.Sprint(role[2])) != master || role[3] != "connected" {
+			return fmt.Sprintf("replica %s: ROLE %v, %v; want connected to %s", n.Addr(), role, err, master)
+		}
+	}
+	for _, sn := range s.Sentinels {
+		if sn.Pid() == 0 {
+			continue
+		}
+		v, err := redisDo(ctx, sn.Addr(), "SENTINEL", "MASTER", sentinelMasterName)
+		if err != nil {
+			return fmt.Sprintf("sentinel %s: %v", sn.Addr(), err)
+		}
+		info := pairs(v)
+		if info["flags"] != "master" {
+			return fmt.Sprintf("sentinel %s: master flags %q", sn.Addr(), info["flags"])
+		}
+		if want := strconv.Itoa(len(s.Sentinels) - 1); info["num-other-sentinels"] != want {
+			return fmt.Sprintf("sentinel %s: knows %s other sentinels, want %s", sn.Addr(), info["num-other-sentinels"], want)
+		}
+		v, err = redisDo(ctx, sn.Addr(), "SENTINEL", "REPLICAS", sentinelMasterName)
+		if err != nil {
+			return fmt.Sprintf("sentinel %s: %v", sn.Addr(), err)
+		}
+		seen := map[string]map[string]string{}
+		list, _ := v.([]any)
+		for _, r := range list {
+			info := pairs(r)
+			seen[net.JoinHostPort(info["ip"], info["port"])] = info
+		}
+		for _, r := range replicas {
+			info := seen[r]
+			if info == nil || info["flags"] != "slave" || info["master-link-status"] != "ok" ||
+				net.JoinHostPort(info["master-host"], info["master-port"]) != master {
+				return fmt.Sprintf("sentinel %s: replica %s: %v", sn.Addr(), r, info)
+			}
+		}
+	}
+	return ""
+}
+
+// redisRole returns the reply to ROLE: ["master", offset, replicas] or
+// ["slave", host, port, state, offset], with the numbers as int64.
+func redisRole(ctx context.Context, addr string) ([]any, error) {
+	v, err := redisDo(ctx, addr, "ROLE")
+	if err != nil {
+		return []any{""}, err
+	}
+	role, ok := v.([]any)
+	if !ok || len(role) == 0 {
+		return []any{""}, fmt.Errorf("ROLE answered %v", v)
+	}
+	return role, nil
+}
+
+// pairs turns a flat [k1, v1, k2, v2, ...] reply into a map.
+func pairs(v any) map[string]string {
+	list, _ := v.([]any)
+	out := make(map[string]string, len(list)/2)
+	for i := 0; i+1 < len(list); i += 2 {
+		out[fmt.Sprint(list[i])] = fmt.Sprint(list[i+1])
+	}
+	return out
+}
