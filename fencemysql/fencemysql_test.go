@@ -90,7 +90,7 @@ func killHolder(ctx context.Context, db *sql.DB, key string) error {
 
 func TestConformance(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
-		TTL:          time.Second,
+		TTL:          2 * time.Second,
 		SessionBound: true,
 		Setup: func(t *testing.T) fencetest.Store {
 			srv, db := server(t)

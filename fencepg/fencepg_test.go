@@ -54,7 +54,7 @@ func exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 func TestConformanceLease(t *testing.T) {
 	var pool *pgxpool.Pool
 	fencetest.Run(t, fencetest.Config{
-		TTL: time.Second,
+		TTL: 2 * time.Second,
 		Setup: func(t *testing.T) fencetest.Store {
 			var srv *testserver.PostgresServer
 			srv, pool = server(t)
@@ -89,7 +89,7 @@ func TestConformanceLease(t *testing.T) {
 func TestConformanceSession(t *testing.T) {
 	var pool *pgxpool.Pool
 	fencetest.Run(t, fencetest.Config{
-		TTL:          time.Second,
+		TTL:          2 * time.Second,
 		SessionBound: true,
 		Setup: func(t *testing.T) fencetest.Store {
 			var srv *testserver.PostgresServer

@@ -9,7 +9,7 @@ import (
 	"github.com/fencing/fence/internal/testserver"
 )
 
-const suiteTTL = time.Second
+const suiteTTL = 2 * time.Second // generous: renewals must fit under heavy CI load
 
 func store(connect func(t *testing.T) string) func(t *testing.T) fencetest.Store {
 	return func(t *testing.T) fencetest.Store {
