@@ -491,11 +491,13 @@ func (c *sessionClaim) sessionGone(err error) error {
 // when ctx ends is waited for by the next Extend or the Release.
 func (c *sessionClaim) Extend(ctx context.Context, _ time.Duration) error {
 	c.stopWatch()
-	if c.conn.IsClosed() {
-		c.discard()
-		return c.sessionGone(errors.New("connection closed"))
-	}
 	if c.pending == nil {
+		// Not while a check still runs on the connection: the connection
+		// is not safe for concurrent use, even to ask whether it is closed.
+		if c.conn.IsClosed() {
+			c.discard()
+			return c.sessionGone(errors.New("connection closed"))
+		}
 		c.pending = make(chan checkResult, 1)
 		classid, objid := lockParts(c.id)
 		go func(done chan<- checkResult) {
