@@ -43,6 +43,12 @@
 // waiting with an error (never returning a lease taken after the session
 // ended, the bug of etcd#11456).
 //
+// Semaphores and reader-writer locks are queues too, in directories of
+// their own beside the lock's (see kinds.go and docs/etcd.md): the first
+// Limit entries of a semaphore hold; a reader holds when no writer is
+// ahead of it, a writer when it is first. Their tokens are create
+// revisions as well.
+//
 // Leases here are session-bound (fencetest.Config.SessionBound): a lease
 // whose holder stops renewing stays held in etcd while the holder's
 // process keeps its session, and a dead process's keys are freed when its
@@ -146,6 +152,7 @@ func (d *Driver) Dir(key string) string { return d.dir(key) }
 type entry struct {
 	Owner string            `json:"owner"`
 	Meta  map[string]string `json:"meta,omitempty"`
+	Limit int               `json:"limit,omitempty"` // a semaphore's
 }
 
 // holder describes the first of kvs, the holder's entry.
@@ -184,15 +191,18 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	dir, name, val := d.dir(req.Key), d.dir(req.Key)+names.Encode(req.Owner), encodeEntry(req)
+	q := d.queueOf(req)
+	if req.Kind == fence.KindSemaphore {
+		return d.trySlot(ctx, s, req, q)
+	}
 	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(name, val, clientv3.WithLease(s.id))).
-		Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+		If(clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id))).
+		Else(clientv3.OpGet(q.dir, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
 		// The put may have been applied though the reply was lost.
-		d.abandon(s, name)
+		d.abandon(s, q.name)
 		return nil, d.opError(s, "acquire", req.Key, err)
 	}
 	if !resp.Succeeded {
@@ -202,7 +212,7 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 		}
 		return nil, held
 	}
-	return d.newClaim(s, req.Key, name, resp.Header.Revision), nil
+	return d.newClaim(s, req.Key, q.name, resp.Header.Revision), nil
 }
 
 // Acquire implements fence.BlockingAcquirer: it queues this owner's entry
@@ -212,27 +222,30 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	dir, name, val := d.dir(req.Key), d.dir(req.Key)+names.Encode(req.Owner), encodeEntry(req)
+	q := d.queueOf(req)
+	if req.Kind == fence.KindSemaphore {
+		return d.acquireSlot(ctx, s, req, q)
+	}
 	resp, err := d.cli.Txn(ctx).
-		Then(clientv3.OpPut(name, val, clientv3.WithLease(s.id)),
-			clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)),
+			clientv3.OpGet(q.ahead, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
-		d.abandon(s, name)
+		d.abandon(s, q.name)
 		return nil, d.opError(s, "acquire", req.Key, err)
 	}
 	rev := resp.Header.Revision
 	first := resp.Responses[1].GetResponseRange().Kvs
-	if len(first) == 0 || first[0].CreateRevision != rev {
-		if err := d.waitTurn(ctx, s, dir, name, rev); err != nil {
-			d.abandon(s, name)
+	if len(first) != 0 && first[0].CreateRevision != rev {
+		if err := d.waitTurn(ctx, s, q.ahead, q.name, rev); err != nil {
+			d.abandon(s, q.name)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 		}
 	}
-	return d.newClaim(s, req.Key, name, rev), nil
+	return d.newClaim(s, req.Key, q.name, rev), nil
 }
 
 var (
@@ -240,14 +253,16 @@ var (
 	errEntryGone   = errors.New("fenceetcd: queue entry deleted while waiting")
 )
 
-// waitTurn returns once the entry name, created at rev, is the first under
-// dir. It watches the entry created just before it for deletion, again
-// and again, and fails if the session ends or the entry itself vanishes.
-func (d *Driver) waitTurn(ctx context.Context, s *session, dir, name string, rev int64) error {
+// waitTurn returns once no entry under ahead was created before the entry
+// name, created at rev: for a lock (ahead is the key's queue), once the
+// entry is first. It watches the entry under ahead created last before it
+// for deletion, again and again, and fails if the session ends or the
+// entry itself vanishes.
+func (d *Driver) waitTurn(ctx context.Context, s *session, ahead, name string, rev int64) error {
 	for {
 		resp, err := d.cli.Txn(ctx).
 			Then(clientv3.OpGet(name),
-				clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)).
+				clientv3.OpGet(ahead, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)).
 			Commit()
 		if err != nil {
 			return err
@@ -268,12 +283,13 @@ func (d *Driver) waitTurn(ctx context.Context, s *session, dir, name string, rev
 	}
 }
 
-// waitDeleted waits until key is deleted at or after revision from, or the
-// watch breaks (the caller looks again).
-func (d *Driver) waitDeleted(ctx context.Context, s *session, key string, from int64) error {
+// waitDeleted waits until key (or, with clientv3.WithPrefix, a key under
+// it) is deleted at or after revision from, or the watch breaks (the
+// caller looks again).
+func (d *Driver) waitDeleted(ctx context.Context, s *session, key string, from int64, opts ...clientv3.OpOption) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := d.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
+	wch := d.cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(from), clientv3.WithFilterPut()}, opts...)...)
 	for {
 		select {
 		case <-ctx.Done():
@@ -364,6 +380,6 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error
 }
 
 func encodeEntry(req fence.Request) string {
-	b, _ := json.Marshal(entry{Owner: req.Owner, Meta: req.Meta})
+	b, _ := json.Marshal(entry{Owner: req.Owner, Meta: req.Meta, Limit: req.Limit})
 	return string(b)
 }

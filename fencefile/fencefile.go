@@ -21,6 +21,10 @@
 // replaced; elsewhere the Client polls with backoff. There is no queue and
 // no fairness.
 //
+// The Store also does semaphores (one slot file per holder) and
+// reader-writer locks (shared and exclusive locks on one file, preferring
+// writers); see Supports and docs/file.md.
+//
 // The store works only between processes of one host, on a local file
 // system: not over NFS or other network file systems, whose locks are
 // unreliable. See docs/file.md.
@@ -105,10 +109,20 @@ var (
 
 // TryAcquire implements fence.Driver: it takes key's lock file without
 // waiting and, under the lock, bumps and syncs the key's token counter and
-// records the holder.
+// records the holder. Semaphores and reader-writer locks have files of
+// their own (see Supports).
 func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	switch req.Kind {
+	case fence.KindLock:
+	case fence.KindSemaphore:
+		return s.acquireSlot(req)
+	case fence.KindRead, fence.KindWrite:
+		return s.acquireRW(req)
+	default:
+		return nil, fmt.Errorf("fencefile: acquire %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}
 	path := s.Path(req.Key)
 	if testsLocks {
@@ -362,6 +376,10 @@ type claim struct {
 	key   string
 	owner string
 	token int64
+	kind  string // record.Kind of the file: "" for a lock file
+	// shared: a reader's claim on a reader-writer lock file, whose record
+	// names no reader (readers share the file and never write it).
+	shared bool
 }
 
 func (c *claim) Token() int64 { return c.token }
@@ -379,6 +397,9 @@ func (c *claim) check() error {
 	}
 	if err != nil {
 		return err
+	}
+	if c.shared {
+		return nil
 	}
 	rec, err := readRecord(c.f)
 	if err != nil && !errors.Is(err, errEmptyRecord) && !errors.Is(err, errCorruptRecord) {
@@ -411,8 +432,8 @@ func (c *claim) Release(ctx context.Context) error {
 		return c.check()
 	}
 	err := c.check()
-	if err == nil {
-		rec := record{Key: c.key, Token: c.token}
+	if err == nil && !c.shared {
+		rec := record{Key: c.key, Token: c.token, Kind: c.kind}
 		err = writeRecord(c.f, rec, false)
 		if err != nil {
 			err = fmt.Errorf("fencefile: release %q: %w", c.key, err)

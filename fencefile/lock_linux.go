@@ -51,6 +51,28 @@ func tryLock(f *os.File) (bool, error) {
 	return false, os.NewSyscallError("fcntl F_OFD_SETLK", err)
 }
 
+// tryLockShared takes a shared (read) lock on f without waiting; false if
+// another open file holds an exclusive one.
+func tryLockShared(f *os.File) (bool, error) {
+	_, err := ofd(f, unix.F_OFD_SETLK, unix.F_RDLCK)
+	switch err {
+	case nil:
+		return true, nil
+	case unix.EAGAIN, unix.EACCES:
+		return false, nil
+	}
+	return false, os.NewSyscallError("fcntl F_OFD_SETLK", err)
+}
+
+// lockWait takes an exclusive lock on f, waiting for it. It is used only
+// for a kind's counter file, which every holder locks for an instant.
+func lockWait(f *os.File) error {
+	if _, err := ofd(f, unix.F_OFD_SETLKW, unix.F_WRLCK); err != nil {
+		return os.NewSyscallError("fcntl F_OFD_SETLKW", err)
+	}
+	return nil
+}
+
 // unlock drops f's lock.
 func unlock(f *os.File) error {
 	_, err := ofd(f, unix.F_OFD_SETLK, unix.F_UNLCK)
@@ -64,6 +86,16 @@ func unlock(f *os.File) error {
 // taking one.
 func isLocked(f *os.File) (bool, error) {
 	lk, err := ofd(f, unix.F_OFD_GETLK, unix.F_WRLCK)
+	if err != nil {
+		return false, os.NewSyscallError("fcntl F_OFD_GETLK", err)
+	}
+	return lk.Type != unix.F_UNLCK, nil
+}
+
+// hasWriter reports whether another open file holds an exclusive lock on
+// f, without taking one.
+func hasWriter(f *os.File) (bool, error) {
+	lk, err := ofd(f, unix.F_OFD_GETLK, unix.F_RDLCK)
 	if err != nil {
 		return false, os.NewSyscallError("fcntl F_OFD_GETLK", err)
 	}

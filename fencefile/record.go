@@ -26,6 +26,16 @@ type record struct {
 	PID        int               `json:"pid,omitempty"`
 	AcquiredAt *time.Time        `json:"acquired_at,omitempty"`
 	Meta       map[string]string `json:"meta,omitempty"`
+
+	// Kind names the kind of the file, for the files of semaphores and
+	// reader-writer locks (see kinds.go); empty for a lock file.
+	Kind string `json:"kind,omitempty"`
+	// Limit, in a semaphore's counter file, is the limit its holders were
+	// granted with.
+	Limit int `json:"limit,omitempty"`
+	// WriterWaits, in a reader-writer lock's counter file, keeps new
+	// readers out until then: a waiting writer's intent.
+	WriterWaits *time.Time `json:"writer_waits,omitempty"`
 }
 
 const recordVersion = 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -16,7 +17,9 @@ var _ fence.Watcher = (*Store)(nil)
 // Watch implements fence.Watcher on Linux with inotify on the store's
 // directory: a lock file is closed after writing when its holder releases
 // it or exits (the kernel closes a dead holder's files), and replaced when
-// it is broken. Failed acquisitions only read the file, so waiters do not
+// it is broken. The same goes for semaphore slot files and reader-writer
+// lock files; counter files, written by grants and waiting writers, wake
+// nobody. Failed acquisitions only read the file, so waiters do not
 // wake each other.
 //
 // Each Watch holds one inotify instance until ctx ends; where the
@@ -34,7 +37,7 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, error) 
 	// A non-blocking descriptor goes to the runtime's poller: Read parks
 	// the goroutine, and Close wakes it.
 	f := os.NewFile(uintptr(fd), "inotify:"+s.dir)
-	name := fileName(key)
+	base := strings.TrimSuffix(fileName(key), lockSuffix)
 	ch := make(chan struct{}, 1)
 	stop := context.AfterFunc(ctx, func() { f.Close() })
 	go func() {
@@ -46,7 +49,7 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, error) 
 			if err != nil {
 				return
 			}
-			if concerns(buf[:n], name) {
+			if concerns(buf[:n], base) {
 				select {
 				case ch <- struct{}{}:
 				default: // a wake-up is already pending
@@ -57,9 +60,10 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, error) 
 	return ch, nil
 }
 
-// concerns reports whether a buffer of inotify events names the file name,
-// or lost events.
-func concerns(buf []byte, name string) bool {
+// concerns reports whether a buffer of inotify events names a file of the
+// key whose lock file name is base+".lock" (its lock, semaphore slot or
+// reader-writer lock file), or lost events.
+func concerns(buf []byte, base string) bool {
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 		start := off + unix.SizeofInotifyEvent
@@ -77,7 +81,7 @@ func concerns(buf []byte, name string) bool {
 				break
 			}
 		}
-		if string(evName) == name {
+		if isWakingFile(string(evName), base) {
 			return true
 		}
 		off = end

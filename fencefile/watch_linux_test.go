@@ -109,3 +109,33 @@ func TestWatchHolderKilled(t *testing.T) {
 	cmd.Wait()
 	expectWake(t, ch, "holder killed")
 }
+
+// Releases of semaphore slots and of reader-writer locks wake the key's
+// watchers; a waiting writer's intent (a counter file write) wakes
+// nobody, so two waiting writers cannot wake each other in a loop.
+func TestWatchKinds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newStore(t)
+	ch, err := s.Watch(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem := tryKind(t, s, "k", "a", fence.KindSemaphore, 1)
+	drain(ch)
+	sem.Release(ctx)
+	expectWake(t, ch, "slot released")
+
+	r := tryKind(t, s, "k", "r", fence.KindRead, 0)
+	drain(ch)
+	expectHeldKind(t, s, "k", fence.KindWrite, 0, "reader holds")
+	expectHeldKind(t, s, "k", fence.KindWrite, 0, "reader holds")
+	expectHeldKind(t, s, "k", fence.KindRead, 0, "writer waits")
+	select {
+	case <-ch:
+		t.Errorf("refused attempts woke a watcher")
+	case <-time.After(300 * time.Millisecond):
+	}
+	r.Release(ctx)
+	expectWake(t, ch, "reader released")
+}

@@ -32,6 +32,11 @@
 // token inside the caller's pgx.Tx, for work done in that same
 // transaction; the lock ends with the transaction.
 //
+// Lease mode also does semaphores (a row per slot); session mode also
+// does reader-writer locks (pg_advisory_lock_shared for readers), with
+// PostgreSQL's lock queue keeping new readers behind a waiting writer.
+// Their counters live in the kinds table.
+//
 // Session and transaction modes share advisory ids and the counter table,
 // so they exclude each other on a key; lease mode is separate: do not lock
 // one key in lease mode and in another mode.

@@ -67,7 +67,9 @@ func TestConformanceLease(t *testing.T) {
 					return err
 				},
 				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
-					return leftovers(ctx, pool, `SELECT key FROM fence_locks WHERE starts_with(key, $1) AND owner IS NOT NULL`, prefix)
+					return leftovers(ctx, pool, `SELECT key FROM fence_locks WHERE starts_with(key, $1) AND owner IS NOT NULL
+						UNION ALL SELECT kind || ' ' || key FROM fence_kinds
+						WHERE starts_with(key, $1) AND slot >= 0 AND owner IS NOT NULL`, prefix)
 				},
 			}
 		},
@@ -104,7 +106,11 @@ func TestConformanceSession(t *testing.T) {
 					return leftovers(ctx, pool, `SELECT key FROM fence_tokens t JOIN pg_locks l
 						ON l.locktype = 'advisory' AND l.classid::bigint = ((t.lock_id >> 32) & 4294967295)
 						AND l.objid::bigint = (t.lock_id & 4294967295) AND l.objsubid = 1
-						WHERE starts_with(t.key, $1)`, prefix)
+						WHERE starts_with(t.key, $1)
+						UNION ALL SELECT k.kind || ' ' || k.key FROM fence_kinds k JOIN pg_locks l
+						ON l.locktype = 'advisory' AND l.classid::bigint = ((k.lock_id >> 32) & 4294967295)
+						AND l.objid::bigint = (k.lock_id & 4294967295) AND l.objsubid = 1
+						WHERE starts_with(k.key, $1)`, prefix)
 				},
 			}
 		},

@@ -38,6 +38,8 @@ type LeaseDriver struct {
 	listen *listener
 
 	qAcquire, qExtend, qRelease, qInspect, qList string
+
+	qSemLock, qSemTake, qSemExtend, qSemRelease string
 }
 
 var (
@@ -97,6 +99,7 @@ func NewLeaseDriver(pool *pgxpool.Pool, opts ...Option) (*LeaseDriver, error) {
 		FROM ` + L + ` WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()`
 	d.qList = `SELECT key, owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
 		FROM ` + L + ` WHERE starts_with(key, $1) AND owner IS NOT NULL AND expires_at > clock_timestamp()`
+	d.semaphoreQueries()
 	return d, nil
 }
 
@@ -134,6 +137,13 @@ func micros(d time.Duration) int64 {
 func (d *LeaseDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
+	}
+	switch req.Kind {
+	case fence.KindLock:
+	case fence.KindSemaphore:
+		return d.trySlot(ctx, req)
+	default:
+		return nil, fmt.Errorf("fencepg: acquire %q: %w: %s in lease mode", req.Key, fence.ErrUnsupported, req.Kind)
 	}
 	var (
 		acquired bool

@@ -32,6 +32,10 @@ type Tables struct {
 	// Guard is the guards' table: the highest token admitted per resource.
 	// Default "fence_guard".
 	Guard string
+	// Kinds holds what semaphores and reader-writer locks need: per key
+	// and kind, a token counter row (slot -1), and in lease mode one row
+	// per semaphore slot. Default "fence_kinds".
+	Kinds string
 }
 
 // Default table names.
@@ -39,6 +43,7 @@ const (
 	DefaultLocksTable  = "fence_locks"
 	DefaultTokensTable = "fence_tokens"
 	DefaultGuardTable  = "fence_guard"
+	DefaultKindsTable  = "fence_kinds"
 )
 
 // ErrKeyCollision is returned when two different keys map to the same
@@ -73,7 +78,7 @@ func parseTable(name, def string) (table, error) {
 }
 
 type tables struct {
-	locks, tokens, guard table
+	locks, tokens, guard, kinds table
 }
 
 func (t Tables) parse() (tables, error) {
@@ -86,6 +91,9 @@ func (t Tables) parse() (tables, error) {
 		return ts, err
 	}
 	if ts.guard, err = parseTable(t.Guard, DefaultGuardTable); err != nil {
+		return ts, err
+	}
+	if ts.kinds, err = parseTable(t.Kinds, DefaultKindsTable); err != nil {
 		return ts, err
 	}
 	return ts, nil
@@ -131,8 +139,8 @@ func collect(opts []Option) (options, tables, error) {
 }
 
 // Setup creates fencepg's tables if they do not exist: the lease mode lock
-// table, the counter table of session and transaction modes and the guard
-// table. It is idempotent and safe to run concurrently from several
+// table, the counter table of session and transaction modes, the guard
+// table and the table of semaphores and reader-writer locks. It is idempotent and safe to run concurrently from several
 // processes (it holds an advisory transaction lock while it runs); run it
 // from a migration step or at start-up. The options name the tables.
 func Setup(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
@@ -170,6 +178,23 @@ func (ts tables) setup(ctx context.Context, pool *pgxpool.Pool) error {
 		`CREATE TABLE IF NOT EXISTS ` + ts.guard.quoted + ` (
 			resource text PRIMARY KEY,
 			token    bigint NOT NULL CHECK (token > 0)
+		)`,
+		// Slot -1 of a (kind, key) is its token counter (with, for session
+		// mode's reader-writer locks, the advisory id, unique so that a
+		// collision is refused); slots 0 and up are lease mode's semaphore
+		// slots.
+		`CREATE TABLE IF NOT EXISTS ` + ts.kinds.quoted + ` (
+			kind       text NOT NULL,
+			key        text NOT NULL,
+			slot       integer NOT NULL,
+			lock_id    bigint UNIQUE,
+			token      bigint NOT NULL CHECK (token >= 0),
+			owner      text,
+			expires_at timestamptz,
+			lim        integer,
+			meta       jsonb,
+			acquired_at timestamptz,
+			PRIMARY KEY (kind, key, slot)
 		)`,
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

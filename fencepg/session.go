@@ -50,6 +50,8 @@ type SessionDriver struct {
 	closed bool
 
 	qTry, qBump, qHolder, qList, qMine string
+
+	qTryRead, qTryWrite, qBumpRW string
 }
 
 // maxIdle is how many unused dedicated connections a SessionDriver keeps
@@ -101,6 +103,7 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 	d.qList = holders + ` WHERE starts_with(t.key, $1)`
 	d.qMine = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND pid = pg_backend_pid() AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`
+	d.rwQueries()
 	return d, nil
 }
 
@@ -217,28 +220,31 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 	if err != nil {
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 	}
-	id := AdvisoryID(req.Key)
+	lk := d.lockOf(req)
 	var (
 		ok    bool
 		token *int64
 	)
-	err = conn.QueryRow(ctx, d.qTry, req.Key, id, req.Owner, req.Meta).Scan(&ok, &token)
+	err = conn.QueryRow(ctx, lk.try, req.Key, lk.id, req.Owner, req.Meta).Scan(&ok, &token)
 	if err != nil {
 		// The lock may have been granted before the statement failed.
 		d.drop(conn, err)
-		return nil, d.acquireError(ctx, req.Key, id, err)
+		return nil, d.acquireError(ctx, req, lk.id, err)
 	}
 	if !ok {
 		d.put(conn)
-		return nil, d.heldError(ctx, req.Key, id)
+		if req.Kind != fence.KindLock {
+			return nil, &fence.HeldError{Key: req.Key}
+		}
+		return nil, d.heldError(ctx, req.Key, lk.id)
 	}
-	return d.newClaim(conn, req, id, *token), nil
+	return d.newClaim(conn, req, lk, *token), nil
 }
 
 // Acquire implements fence.BlockingAcquirer: it waits in the server
-// (pg_advisory_lock). When ctx ends first it cancels the wait in the
-// server and closes the connection, so no lock and no queued request is
-// left behind.
+// (pg_advisory_lock, or pg_advisory_lock_shared for a reader). When ctx
+// ends first it cancels the wait in the server and closes the connection,
+// so no lock and no queued request is left behind.
 func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	claim, err := d.TryAcquire(ctx, req)
 	var held *fence.HeldError
@@ -249,8 +255,8 @@ func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.C
 	if err != nil {
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 	}
-	id := AdvisoryID(req.Key)
-	if err := waitLock(ctx, conn, id); err != nil {
+	lk := d.lockOf(req)
+	if err := waitLock(ctx, conn, lk.wait, lk.id); err != nil {
 		_ = conn.Close(context.Background())
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -258,14 +264,14 @@ func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.C
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 	}
 	var token int64
-	if err := conn.QueryRow(ctx, d.qBump, req.Key, id, req.Owner, req.Meta).Scan(&token); err != nil {
+	if err := conn.QueryRow(ctx, lk.bump, req.Key, lk.id, req.Owner, req.Meta).Scan(&token); err != nil {
 		d.drop(conn, err)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, d.acquireError(ctx, req.Key, id, err)
+		return nil, d.acquireError(ctx, req, lk.id, err)
 	}
-	return d.newClaim(conn, req, id, token), nil
+	return d.newClaim(conn, req, lk, token), nil
 }
 
 // cancelGrace is how long a cancelled wait may take to end after the
@@ -277,13 +283,13 @@ const cancelGrace = 5 * time.Second
 // has started cancels nothing.
 const cancelEvery = 100 * time.Millisecond
 
-// waitLock runs pg_advisory_lock(id) on conn until it is granted or ctx
+// waitLock runs lockFn(id) (pg_advisory_lock or its _shared form) on conn until it is granted or ctx
 // ends. On ctx's end it sends the server cancel requests for the wait
 // until the statement ends, so that the server is no longer waiting when
 // it returns; it returns ctx's error even if the lock was granted
 // meanwhile (the caller closes the connection, which frees it, and never
 // reuses it: a cancel request may still be on its way).
-func waitLock(ctx context.Context, conn *pgx.Conn, id int64) error {
+func waitLock(ctx context.Context, conn *pgx.Conn, lockFn string, id int64) error {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	cancelled := false
@@ -315,7 +321,7 @@ func waitLock(ctx context.Context, conn *pgx.Conn, id int64) error {
 			}
 		}
 	}()
-	_, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", id)
+	_, err := conn.Exec(context.Background(), "SELECT "+lockFn+"($1)", id)
 	close(stop)
 	<-done
 	if cancelled {
@@ -324,12 +330,15 @@ func waitLock(ctx context.Context, conn *pgx.Conn, id int64) error {
 	return err
 }
 
-func (d *SessionDriver) acquireError(ctx context.Context, key string, id int64, err error) error {
+func (d *SessionDriver) acquireError(ctx context.Context, req fence.Request, id int64, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return d.collision(ctx, key, id)
+		if req.Kind != fence.KindLock {
+			return fmt.Errorf("%w: %s %q maps to %d, which another key of the kinds table uses", ErrKeyCollision, req.Kind, req.Key, id)
+		}
+		return d.collision(ctx, req.Key, id)
 	}
-	return fmt.Errorf("fencepg: acquire %q: %w", key, err)
+	return fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 }
 
 func (d *SessionDriver) collision(ctx context.Context, key string, id int64) error {
@@ -392,8 +401,8 @@ func (d *SessionDriver) holders(ctx context.Context, q string, arg any) ([]fence
 	return hs, err
 }
 
-func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, id int64, token int64) *sessionClaim {
-	c := &sessionClaim{d: d, conn: conn, key: req.Key, owner: req.Owner, id: id, token: token, lost: make(chan error, 1)}
+func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryLock, token int64) *sessionClaim {
+	c := &sessionClaim{d: d, conn: conn, key: req.Key, owner: req.Owner, id: lk.id, unlock: lk.unlock, token: token, lost: make(chan error, 1)}
 	d.mu.Lock()
 	d.active[c] = struct{}{}
 	d.mu.Unlock()
@@ -410,6 +419,9 @@ type sessionClaim struct {
 	id    int64
 	token int64
 	lost  chan error
+	// unlock is pg_advisory_unlock, or pg_advisory_unlock_shared for a
+	// reader.
+	unlock string
 
 	watchStop context.CancelFunc
 	watchDone chan struct{}
@@ -479,11 +491,13 @@ func (c *sessionClaim) sessionGone(err error) error {
 // when ctx ends is waited for by the next Extend or the Release.
 func (c *sessionClaim) Extend(ctx context.Context, _ time.Duration) error {
 	c.stopWatch()
-	if c.conn.IsClosed() {
-		c.discard()
-		return c.sessionGone(errors.New("connection closed"))
-	}
 	if c.pending == nil {
+		// Not while a check still runs on the connection: the connection
+		// is not safe for concurrent use, even to ask whether it is closed.
+		if c.conn.IsClosed() {
+			c.discard()
+			return c.sessionGone(errors.New("connection closed"))
+		}
 		c.pending = make(chan checkResult, 1)
 		classid, objid := lockParts(c.id)
 		go func(done chan<- checkResult) {
@@ -541,7 +555,7 @@ func (c *sessionClaim) Release(ctx context.Context) error {
 		return c.sessionGone(errors.New("connection closed"))
 	}
 	var unlocked bool
-	err := c.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", c.id).Scan(&unlocked)
+	err := c.conn.QueryRow(ctx, "SELECT "+c.unlock+"($1)", c.id).Scan(&unlocked)
 	c.d.mu.Lock()
 	delete(c.d.active, c)
 	c.d.mu.Unlock()

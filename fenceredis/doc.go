@@ -24,6 +24,11 @@
 // (token and metadata), fence:{K'}:token (the counter) and
 // fence:{K'}:released (the channel).
 //
+// Store also does semaphores (a sorted set of holders scored by expiry)
+// and reader-writer locks (a readers' set, a writer key and a waiting-
+// writer mark), each operation one script; see kinds.go. Redlock does
+// neither.
+//
 // # Tokens and the clock
 //
 // Redis may lose a counter: a server without persistence restarts empty, a

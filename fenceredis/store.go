@@ -110,6 +110,9 @@ func (n names) keys() []string { return []string{n.lock, n.holder, n.counter} }
 // TryAcquire implements fence.Driver: one script sets the lock if absent
 // and, only then, issues the token max(counter+1, server time in µs).
 func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if req.Kind != fence.KindLock {
+		return s.acquireKind(ctx, req)
+	}
 	n := s.names(req.Key)
 	reply, err := acquireScript.Run(ctx, s.rdb, n.keys(),
 		req.Owner, ms(req.TTL), ms(req.TTL+s.retention), encodeMeta(req.Meta)).Result()

@@ -46,6 +46,9 @@
 // never after the server could expire the session, because the driver
 // refuses TTLs longer than the session timeout.
 //
+// Semaphores and reader-writer locks are queues too, under containers of
+// their own beside the key's (see kinds.go and docs/zookeeper.md).
+//
 // Leases here are session-bound (fencetest.Config.SessionBound): a holder
 // that stops renewing keeps the key while its session lives; a dead
 // process's keys are freed when its session expires.
@@ -216,16 +219,26 @@ const seqLen = 10
 
 // child is one queue entry.
 type child struct {
-	name string
-	seq  int64
+	name  string
+	seq   int64
+	kind  byte // 'n' lock, 's' semaphore, 'r' reader, 'w' writer
+	limit int  // a semaphore entry's limit
 }
 
 func parseChild(name string) (child, bool) {
-	if len(name) < seqLen+2 || name[0] != 'n' || name[len(name)-seqLen-1] != '-' {
+	if len(name) < seqLen+2 || !strings.ContainsRune("nsrw", rune(name[0])) || name[len(name)-seqLen-1] != '-' {
 		return child{}, false
 	}
 	seq, err := strconv.ParseInt(name[len(name)-seqLen:], 10, 64)
-	return child{name, seq}, err == nil
+	c := child{name: name, seq: seq, kind: name[0]}
+	if c.kind == 's' {
+		// s<limit>.<owner>-<seq>: escaped owners never hold a '.'.
+		lim, _, ok := strings.Cut(name[1:], ".")
+		if c.limit, err = strconv.Atoi(lim); !ok || err != nil {
+			return child{}, false
+		}
+	}
+	return c, err == nil
 }
 
 // queue returns the entries of a key's queue, lowest sequence first.
@@ -259,16 +272,26 @@ func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	if err := d.checkTTL(req); err != nil {
 		return nil, err
 	}
-	path, zxid, alone, err := d.enqueue(ctx, req)
+	path, zxid, n, err := d.enqueue(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
 	}
-	if alone {
+	if n == 1 {
 		return d.newClaim(req.Key, path, zxid), nil
+	}
+	if req.Kind == fence.KindSemaphore || req.Kind == fence.KindRead {
+		holds, err := d.holdsNow(ctx, req, path, n)
+		if holds && err == nil {
+			return d.newClaim(req.Key, path, zxid), nil
+		}
+		if err != nil {
+			d.abandon(path)
+			return nil, fmt.Errorf("fencezk: acquire %s %q: %w", req.Kind, req.Key, err)
+		}
 	}
 	d.abandon(path)
 	held := &fence.HeldError{Key: req.Key}
-	if h, err := d.Inspect(ctx, req.Key); err == nil {
+	if h, err := d.holder(ctx, req.Key, parentOf(path)); err == nil && req.Kind != fence.KindSemaphore {
 		held.Holder = &h
 	}
 	return nil, held
@@ -279,12 +302,12 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 	if err := d.checkTTL(req); err != nil {
 		return nil, err
 	}
-	path, zxid, alone, err := d.enqueue(ctx, req)
+	path, zxid, n, err := d.enqueue(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
 	}
-	if !alone {
-		if err := d.waitTurn(ctx, path); err != nil {
+	if n > 1 {
+		if err := d.waitKind(ctx, req, path, n); err != nil {
 			d.abandon(path)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -295,14 +318,17 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 	return d.newClaim(req.Key, path, zxid), nil
 }
 
+func parentOf(path string) string { return path[:strings.LastIndexByte(path, '/')] }
+
 // enqueue creates this acquisition's ephemeral sequential child under the
-// key's znode and touches that znode, in one multi-operation, creating the
-// key's container (and the root) first if missing. It returns the child's
-// path, its czxid, and whether it is the only child.
-func (d *Driver) enqueue(ctx context.Context, req fence.Request) (path string, czxid int64, alone bool, err error) {
+// znode of the key's queue for its kind and touches that znode, in one
+// multi-operation, creating the container (and the root) first if
+// missing. It returns the child's path, its czxid, and the number of
+// children the queue had then, its own included: all the others were
+// queued before it.
+func (d *Driver) enqueue(ctx context.Context, req fence.Request) (path string, czxid int64, children int32, err error) {
 	data, _ := json.Marshal(entry{Owner: req.Owner, Meta: req.Meta})
-	parent := d.KeyPath(req.Key)
-	prefix := parent + "/n" + names.Encode(req.Owner) + "-"
+	parent, prefix := d.queuePath(req)
 	// The key's container may be removed by the server between our
 	// creating it and our child: a few attempts.
 	for attempt := 0; ; attempt++ {
@@ -316,17 +342,17 @@ func (d *Driver) enqueue(ctx context.Context, req fence.Request) (path string, c
 		}, func() { d.abandonPrefix(parent, prefix) })
 		if err == nil {
 			st := resp[1].Stat
-			return resp[0].String, st.Mzxid, st.NumChildren == 1, nil
+			return resp[0].String, st.Mzxid, st.NumChildren, nil
 		}
 		if !errors.Is(err, zk.ErrNoNode) || attempt == 3 {
 			if errors.Is(err, zk.ErrConnectionClosed) {
 				// The create may have been applied.
 				d.abandonPrefix(parent, prefix)
 			}
-			return "", 0, false, err
+			return "", 0, 0, err
 		}
 		if err := d.makeContainer(ctx, parent); err != nil {
-			return "", 0, false, err
+			return "", 0, 0, err
 		}
 	}
 }
@@ -367,11 +393,12 @@ func (d *Driver) makeRoot(ctx context.Context) error {
 
 var errEntryGone = errors.New("fencezk: queue entry vanished while waiting (session expired or znode deleted)")
 
-// waitTurn returns once path is the lowest child of its key's znode,
-// watching only its predecessor, and confirms through the leader that it
+// waitTurn returns once ahead finds no child to wait for before path's,
+// watching only the child it names (for a lock or a writer: the one just
+// before; no thundering herd), and confirms through the leader that path
 // still exists.
-func (d *Driver) waitTurn(ctx context.Context, path string) error {
-	parent, name := path[:strings.LastIndexByte(path, '/')], path[strings.LastIndexByte(path, '/')+1:]
+func (d *Driver) waitTurn(ctx context.Context, path string, ahead func(q []child, i int) int) error {
+	parent, name := parentOf(path), path[strings.LastIndexByte(path, '/')+1:]
 	for {
 		var kids []string
 		if err := d.await(ctx, func() (err error) {
@@ -385,10 +412,11 @@ func (d *Driver) waitTurn(ctx context.Context, path string) error {
 		if i < 0 {
 			return errEntryGone
 		}
-		if i == 0 {
+		j := ahead(q, i)
+		if j < 0 {
 			break
 		}
-		pred := parent + "/" + q[i-1].name
+		pred := parent + "/" + q[j].name
 		var (
 			exists bool
 			ch     <-chan zk.Event
@@ -417,6 +445,10 @@ func (d *Driver) waitTurn(ctx context.Context, path string) error {
 	// our entry and session still live before granting.
 	return d.check(ctx, path)
 }
+
+// predecessor is waitTurn's ahead for locks and writers: the child just
+// before, until the child is first.
+func predecessor(_ []child, i int) int { return i - 1 }
 
 var errClosed = errors.New("fencezk: driver closed")
 
@@ -480,7 +512,11 @@ func (d *Driver) await(ctx context.Context, fn func() error, late func()) error 
 // Inspect implements fence.Inspector. Leases here end with their session,
 // so Holder.ExpiresIn is 0.
 func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
-	parent := d.KeyPath(key)
+	return d.holder(ctx, key, d.KeyPath(key))
+}
+
+// holder returns the first entry of the queue under parent.
+func (d *Driver) holder(ctx context.Context, key, parent string) (fence.Holder, error) {
 	var kids []string
 	err := d.await(ctx, func() (err error) {
 		kids, _, err = d.conn.Children(parent)

@@ -26,6 +26,7 @@ func init() {
 //	mode=lease|session  the fencepg mode (default lease)
 //	locks_table=NAME    lease mode's table (default fence_locks)
 //	tokens_table=NAME   session mode's counter table (default fence_tokens)
+//	kinds_table=NAME    semaphores' and reader-writer locks' table (default fence_kinds)
 //	setup=auto|off      create the tables if missing (default auto)
 //
 // Every other parameter is pgx's (sslmode, connect_timeout, ...).
@@ -33,9 +34,9 @@ func openPostgres(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, err
 	raw := u.String()
 	q := u.Query()
 	mode := q.Get("mode")
-	tables := fencepg.Tables{Locks: q.Get("locks_table"), Tokens: q.Get("tokens_table")}
+	tables := fencepg.Tables{Locks: q.Get("locks_table"), Tokens: q.Get("tokens_table"), Kinds: q.Get("kinds_table")}
 	setup := q.Get("setup")
-	for _, p := range []string{"mode", "locks_table", "tokens_table", "setup"} {
+	for _, p := range []string{"mode", "locks_table", "tokens_table", "kinds_table", "setup"} {
 		q.Del(p)
 	}
 	switch setup {

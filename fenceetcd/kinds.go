@@ -1,0 +1,178 @@
+package fenceetcd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing/fence"
+)
+
+// Semaphores and reader-writer locks are queues too, each kind in its own
+// directory beside the key's lock queue:
+//
+//	<prefix>/<escaped key>/<owner>        lock
+//	<prefix>/<escaped key>%sem/<owner>    semaphore; the entry records its limit
+//	<prefix>/<escaped key>%rw/r/<owner>   reader
+//	<prefix>/<escaped key>%rw/w/<owner>   writer
+//
+// An escaped key never holds "%" followed by a lower-case letter, so these
+// directories belong to no lock key, and List (which decodes the segment
+// before the first "/") passes over them.
+//
+// Who holds, by create revision:
+//   - semaphore: the first Limit entries;
+//   - reader: every reader with no writer ahead of it;
+//   - writer: the first entry.
+//
+// The token is the holder's own entry's create revision, as for locks.
+// That gives every grant a token above every earlier grant's for the key,
+// because an entry holds only once every entry ahead of it holds (or is
+// gone): a semaphore entry has fewer than Limit entries ahead of it, all
+// earlier; a reader has no writer ahead, and the readers ahead of it have
+// none either; a writer is first. So grants come in create-revision order,
+// even for a waiter whose entry was created long before it was granted:
+// every entry granted meanwhile was ahead of it, with a smaller revision.
+// And an entry created after a grant returned has a greater revision than
+// that grant's. A waiting writer's entry keeps new readers behind it:
+// writers are never starved by readers (FIFO, not a timed intent: a
+// writer that stops waiting deletes its entry, or its session expires).
+
+// Supports implements fence.KindSupporter: locks, semaphores and
+// reader-writer locks, all as FIFO queues.
+func (d *Driver) Supports(k fence.Kind) bool { return k <= fence.KindWrite }
+
+var _ fence.KindSupporter = (*Driver)(nil)
+
+// queue is where one acquisition's entry goes.
+type queue struct {
+	dir   string // the kind's directory of the key, ending in "/"
+	ahead string // the range that must have no entry before ours for us to hold (semaphores: unused)
+	name  string // our entry
+	val   string // its value
+}
+
+func (d *Driver) queueOf(req fence.Request) queue {
+	base := d.root + names.Encode(req.Key)
+	owner := names.Encode(req.Owner)
+	q := queue{val: encodeEntry(req)}
+	switch req.Kind {
+	case fence.KindSemaphore:
+		q.dir = base + "%sem/"
+		q.name = q.dir + owner
+	case fence.KindRead:
+		q.dir = base + "%rw/"
+		q.ahead = q.dir + "w/"
+		q.name = q.dir + "r/" + owner
+	case fence.KindWrite:
+		q.dir = base + "%rw/"
+		q.ahead = q.dir
+		q.name = q.dir + "w/" + owner
+	default:
+		q.dir = base + "/"
+		q.ahead = q.dir
+		q.name = q.dir + owner
+	}
+	return q
+}
+
+// queueSlot puts the entry of a semaphore acquisition and reads the first
+// Limit entries, in one transaction. It returns the entry's create
+// revision and whether the entry holds a slot; an error matching
+// fence.ErrLimitMismatch (the entry deleted again) if the first entry, a
+// holder, was queued with another limit.
+func (d *Driver) queueSlot(ctx context.Context, s *session, req fence.Request, q queue) (int64, bool, error) {
+	resp, err := d.cli.Txn(ctx).
+		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)),
+			clientv3.OpGet(q.dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+				clientv3.WithLimit(int64(req.Limit)))).
+		Commit()
+	if err != nil {
+		d.abandon(s, q.name)
+		return 0, false, d.opError(s, "acquire", req.Key, err)
+	}
+	rev := resp.Header.Revision
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) > 0 && kvs[0].CreateRevision != rev {
+		var first entry
+		if json.Unmarshal(kvs[0].Value, &first) == nil && first.Limit != req.Limit {
+			d.abandon(s, q.name)
+			return 0, false, fmt.Errorf("fenceetcd: acquire semaphore %q: %w: held with limit %d, asked with %d",
+				req.Key, fence.ErrLimitMismatch, first.Limit, req.Limit)
+		}
+	}
+	for _, kv := range kvs {
+		if kv.CreateRevision == rev {
+			return rev, true, nil
+		}
+	}
+	return rev, false, nil
+}
+
+// trySlot takes a semaphore slot if fewer than Limit entries are queued:
+// it queues an entry and, if that entry is not among the first Limit,
+// deletes it again (a second round trip, only when the semaphore is full).
+func (d *Driver) trySlot(ctx context.Context, s *session, req fence.Request, q queue) (fence.Claim, error) {
+	rev, holds, err := d.queueSlot(ctx, s, req, q)
+	if err != nil {
+		return nil, err
+	}
+	if !holds {
+		d.abandon(s, q.name)
+		return nil, &fence.HeldError{Key: req.Key}
+	}
+	return d.newClaim(s, req.Key, q.name, rev), nil
+}
+
+// acquireSlot queues for a semaphore slot and waits until fewer than Limit
+// entries are ahead of its entry.
+func (d *Driver) acquireSlot(ctx context.Context, s *session, req fence.Request, q queue) (fence.Claim, error) {
+	rev, holds, err := d.queueSlot(ctx, s, req, q)
+	if err != nil {
+		return nil, err
+	}
+	if !holds {
+		if err := d.waitSlot(ctx, s, q, rev, req.Limit); err != nil {
+			d.abandon(s, q.name)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
+		}
+	}
+	return d.newClaim(s, req.Key, q.name, rev), nil
+}
+
+// waitSlot returns once fewer than limit entries of q.dir were created
+// before the entry q.name, created at rev. Any deletion in the directory
+// may free a slot, so it watches the whole directory for deletions and
+// counts again after each: a release wakes every waiter of the semaphore
+// for one count each.
+func (d *Driver) waitSlot(ctx context.Context, s *session, q queue, rev int64, limit int) error {
+	for {
+		resp, err := d.cli.Txn(ctx).
+			Then(clientv3.OpGet(q.name),
+				// Not WithCountOnly: etcd counts before it applies the
+				// create-revision filter.
+				clientv3.OpGet(q.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+					clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(int64(limit)))).
+			Commit()
+		if err != nil {
+			return err
+		}
+		if mine := resp.Responses[0].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
+			if err := s.err(); err != nil {
+				return err
+			}
+			return errEntryGone
+		}
+		if len(resp.Responses[1].GetResponseRange().Kvs) < limit {
+			return s.err()
+		}
+		if err := d.waitDeleted(ctx, s, q.dir, resp.Header.Revision+1, clientv3.WithPrefix()); err != nil {
+			return err
+		}
+	}
+}
