@@ -43,6 +43,12 @@
 // Kill, Stop and Cont may be called from any goroutine; Restart fails the
 // test on error and so must be called from the test goroutine.
 //
+// # Outside tests
+//
+// Programs that are not tests (the torture tool) pass an *Env where a
+// testing.TB is asked for, inside Env.Do, which turns a failure or a skip
+// into an error; Env.Close kills what was started.
+//
 // # Missing programs: skip, or fail under FENCE_TEST_STRICT=1
 //
 // The servers' programs are found on PATH and where their packages put them
