@@ -1,0 +1,164 @@
+package torture
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencing/fence/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	if IsWorker() {
+		os.Exit(WorkerMain())
+	}
+	os.Exit(m.Run())
+}
+
+// short is a plan of a few seconds, with generous timing for two shared
+// cores and the race detector.
+func short(f Fault, noGuard bool) Config {
+	return Config{Fault: f, NoGuard: noGuard, TTL: 500 * time.Millisecond, Duration: 4 * time.Second, Work: 40 * time.Millisecond}
+}
+
+func openStore(t *testing.T, spec string) *Store {
+	t.Helper()
+	env := testserver.NewEnv("torture", &testLog{t})
+	t.Cleanup(env.Close)
+	var s *Store
+	err := env.Do(func(tb testing.TB) {
+		var err error
+		if s, err = OpenStore(spec, env); err != nil {
+			tb.Fatalf("%v", err)
+		}
+	})
+	if err != nil {
+		testserver.Unavailable(t, "%v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+type testLog struct{ t *testing.T }
+
+func (l *testLog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+func run(t *testing.T, s *Store, cfg Config) *Result {
+	t.Helper()
+	cfg.LogDir = t.TempDir()
+	cfg.HTMLDir = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, s, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("%s", Table([]*Result{r}))
+	return r
+}
+
+func logWorkers(t *testing.T, r *Result) {
+	entries, _ := os.ReadDir(r.LogDir)
+	for _, e := range entries {
+		b, _ := os.ReadFile(r.LogDir + "/" + e.Name())
+		if len(b) > 0 {
+			t.Logf("%s:\n%s", e.Name(), b)
+		}
+	}
+}
+
+// expectClean asserts a guarded plan found nothing wrong.
+func expectClean(t *testing.T, r *Result) {
+	t.Helper()
+	if r.NA != "" {
+		t.Skipf("not applicable: %s", r.NA)
+	}
+	if !r.OK() || r.StaleAccepted != 0 {
+		logWorkers(t, r)
+		t.Fatalf("guarded plan %s/%s failed: linearizable %s, %d stale writes accepted, violations:\n%s\nvisualization: %s",
+			r.Store, r.Fault, r.Linearizable, r.StaleAccepted, strings.Join(r.Violations, "\n"), r.HTML)
+	}
+	if r.Acquisitions < 3 || r.Writes < 3 {
+		logWorkers(t, r)
+		t.Fatalf("plan %s/%s did too little to prove anything: %d acquisitions, %d writes", r.Store, r.Fault, r.Acquisitions, r.Writes)
+	}
+}
+
+// stores are the stores every torture test covers: each driver on main,
+// through a private server where it needs one.
+var stores = []string{"file", "mem"}
+
+// TestTorture runs every fault plan, guarded, against every store and
+// expects a clean history: no stale write accepted, linearizable, tokens in
+// order.
+func TestTorture(t *testing.T) {
+	for _, spec := range stores {
+		t.Run(spec, func(t *testing.T) {
+			s := openStore(t, spec)
+			for _, f := range Faults {
+				if why := s.notApplicable(f); why != "" {
+					t.Logf("%s: not applicable to %s: %s", f, spec, why)
+					continue
+				}
+				t.Run(string(f), func(t *testing.T) {
+					r := run(t, s, short(f, false))
+					expectClean(t, r)
+					if f == FaultNone && r.Overlaps != 0 {
+						t.Errorf("%d overlapping leases with no fault injected", r.Overlaps)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestPauseBites: the pause plan really makes a paused holder's writes
+// stale on stores whose leases expire (on session-bound stores, such as
+// lock files, a stopped holder keeps the lock and nobody else gets it).
+func TestPauseBites(t *testing.T) {
+	s := openStore(t, "mem")
+	r := run(t, s, short(FaultPause, false))
+	expectClean(t, r)
+	if r.Overlaps == 0 || r.StaleRefused == 0 {
+		t.Errorf("the pause plan caused %d overlaps and %d refused stale writes; want some of each", r.Overlaps, r.StaleRefused)
+	}
+}
+
+// TestNoGuardShowsCorruption is the proof that the checker can fail:
+// without the guard, the pause plan must end in accepted stale writes and a
+// history that is not linearizable.
+func TestNoGuardShowsCorruption(t *testing.T) {
+	for _, spec := range ttlStores() {
+		t.Run(spec, func(t *testing.T) {
+			s := openStore(t, spec)
+			r := run(t, s, short(FaultPause, true))
+			if r.StaleAccepted == 0 || r.Linearizable != "Illegal" || r.OK() {
+				logWorkers(t, r)
+				t.Fatalf("without the guard the pause plan shows %d accepted stale writes and linearizable=%s; want the corruption shown",
+					r.StaleAccepted, r.Linearizable)
+			}
+			if r.HTML == "" {
+				t.Error("no visualization written for the failing history")
+			} else if fi, err := os.Stat(r.HTML); err != nil || fi.Size() == 0 {
+				t.Errorf("visualization %s: %v", r.HTML, err)
+			}
+		})
+	}
+}
+
+// ttlStores are the stores whose leases expire while their holder is
+// stopped: where the pause plan makes two holders.
+func ttlStores() []string {
+	var out []string
+	for _, s := range stores {
+		if s != "file" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
