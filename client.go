@@ -52,14 +52,14 @@ func (c *Client) Driver() Driver { return c.drv }
 // ctx bounds the wait only; the lease's own context (Lease.Context) carries
 // ctx's values but not its cancellation.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return c.acquire(ctx, key, c.cfg.with(opts), true)
+	return c.acquire(ctx, target{key: key}, c.cfg.with(opts), true)
 }
 
 // TryAcquire makes one attempt to take key and returns at once. If another
 // owner holds it, the error is a *HeldError matching ErrHeld, carrying the
 // holder where the store can tell.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return c.acquire(ctx, key, c.cfg.with(opts), false)
+	return c.acquire(ctx, target{key: key}, c.cfg.with(opts), false)
 }
 
 // Inspect returns the current holder of key. The error matches ErrNotHeld
@@ -105,19 +105,31 @@ func (c *Client) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (c *Client) acquire(ctx context.Context, key string, cfg config, wait bool) (l *Lease, err error) {
+// target is what an acquisition takes: a key, of a kind.
+type target struct {
+	key   string
+	kind  Kind
+	limit int // KindSemaphore
+}
+
+func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool) (l *Lease, err error) {
+	key := tgt.key
 	start := time.Now()
 	var waited time.Duration
-	spanCtx, span := c.obs.startAcquire(ctx, key, wait)
+	spanCtx, span := c.obs.startAcquire(ctx, tgt, wait)
 	defer func() { c.obs.endAcquire(spanCtx, span, key, l, err, start, waited) }()
 
 	if err := cfg.validate(key); err != nil {
 		return nil, err
 	}
+	if err := c.supports(tgt); err != nil {
+		return nil, err
+	}
 	if err := c.checkOpen(key); err != nil {
 		return nil, err
 	}
-	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta)}
+	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta),
+		Kind: tgt.kind, Limit: tgt.limit}
 
 	// The first attempt is the same for every store and every mode: one
 	// try, which is the whole uncontended path.
@@ -158,7 +170,7 @@ func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquire
 		claim, err := b.Acquire(waitCtx, req)
 		if err != nil {
 			if waitCtx.Err() != nil {
-				return nil, c.waitEnded(ctx, waitCtx, req.Key, held)
+				return nil, c.waitEnded(ctx, waitCtx, req, held)
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}
@@ -216,7 +228,7 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Re
 			timer.Reset(delay)
 			select {
 			case <-waitCtx.Done():
-				return nil, c.waitEnded(ctx, waitCtx, req.Key, held)
+				return nil, c.waitEnded(ctx, waitCtx, req, held)
 			case _, ok := <-notify:
 				if !ok {
 					notify = nil // the watch broke: poll
@@ -242,7 +254,7 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Re
 		var h *HeldError
 		if !errors.As(err, &h) {
 			if waitCtx.Err() != nil {
-				return nil, c.waitEnded(ctx, waitCtx, req.Key, held)
+				return nil, c.waitEnded(ctx, waitCtx, req, held)
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}
@@ -253,7 +265,8 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Re
 // waitEnded returns the error for a wait that ended without the lease:
 // ctx's error if the caller's context ended, a *HeldError if the wait
 // timeout passed.
-func (c *Client) waitEnded(ctx, waitCtx context.Context, key string, held *HeldError) error {
+func (c *Client) waitEnded(ctx, waitCtx context.Context, req Request, held *HeldError) error {
+	key := req.Key
 	if ctx.Err() != nil {
 		return fmt.Errorf("fence: acquire %q: %w", key, context.Cause(ctx))
 	}
@@ -262,8 +275,10 @@ func (c *Client) waitEnded(ctx, waitCtx context.Context, key string, held *HeldE
 	}
 	if held == nil {
 		held = &HeldError{Key: key}
-		if h, err := c.Inspect(ctx, key); err == nil {
-			held.Holder = &h
+		if req.Kind == KindLock {
+			if h, err := c.Inspect(ctx, key); err == nil {
+				held.Holder = &h
+			}
 		}
 	}
 	return held
@@ -321,6 +336,20 @@ func (c *Client) forget(l *Lease) {
 	c.mu.Lock()
 	delete(c.leases, l)
 	c.mu.Unlock()
+}
+
+// supports checks that the driver can acquire tgt's kind.
+func (c *Client) supports(tgt target) error {
+	if tgt.kind == KindSemaphore && tgt.limit < 1 {
+		return fmt.Errorf("%w: semaphore %q with limit %d: the limit must be at least 1", ErrInvalidOption, tgt.key, tgt.limit)
+	}
+	if tgt.kind == KindLock {
+		return nil
+	}
+	if ks, ok := c.drv.(KindSupporter); ok && ks.Supports(tgt.kind) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s on %q", ErrUnsupported, tgt.kind, tgt.key)
 }
 
 func (c *Client) checkOpen(key string) error {

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -17,7 +18,8 @@ import (
 // A Driver must be safe for concurrent use. The conformance suite in
 // package fencetest checks every rule a driver must keep.
 type Driver interface {
-	// TryAcquire makes exactly one attempt to take req.Key for req.Owner
+	// TryAcquire makes exactly one attempt to take req.Key (of req.Kind)
+	// for req.Owner
 	// for at least req.TTL and, in the same atomic step, issues the next
 	// fencing token for the key: an integer > 0 strictly greater than every
 	// token issued before for that key, by any client.
@@ -47,6 +49,55 @@ type Request struct {
 	// Meta is informational holder metadata (host, pid, caller's fields).
 	// Drivers store it where they can and return it from Inspect.
 	Meta map[string]string
+	// Kind is what is acquired: a lock (the zero value), a semaphore slot,
+	// or the read or write side of a reader-writer lock. A driver sees a
+	// kind other than KindLock only if it reports support for it through
+	// KindSupporter. Each kind is its own namespace of keys in the store.
+	Kind Kind
+	// Limit is, for KindSemaphore, how many holders the key admits at once.
+	Limit int
+}
+
+// Kind is what an acquisition takes.
+type Kind uint8
+
+// The kinds of acquisition.
+const (
+	// KindLock: one holder at a time.
+	KindLock Kind = iota
+	// KindSemaphore: up to Request.Limit holders at once. The driver refuses
+	// (with an error matching ErrLimitMismatch) a request whose Limit
+	// differs from the one the key's current holders were granted with.
+	KindSemaphore
+	// KindRead: the shared side of a reader-writer lock; many readers hold
+	// at once, never beside a writer. A waiting writer keeps new readers
+	// out, so a stream of readers cannot starve it.
+	KindRead
+	// KindWrite: the exclusive side of a reader-writer lock. Its token is
+	// greater than the tokens of every reader granted before it.
+	KindWrite
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindLock:
+		return "lock"
+	case KindSemaphore:
+		return "semaphore"
+	case KindRead:
+		return "read"
+	case KindWrite:
+		return "write"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// KindSupporter is implemented by drivers that can acquire more than locks.
+type KindSupporter interface {
+	// Supports reports whether TryAcquire (and Acquire, for a
+	// BlockingAcquirer) handle requests of kind k. Every driver handles
+	// KindLock.
+	Supports(k Kind) bool
 }
 
 // Claim is a driver's handle on one granted lease. The Client never calls
@@ -80,7 +131,7 @@ type SessionClaim interface {
 // to a key (pub/sub, LISTEN/NOTIFY, watches), so Acquire need not poll.
 type Watcher interface {
 	// Watch returns a channel that receives a value whenever key may have
-	// been released. Several changes may be coalesced into one value. The
+	// been released, in any kind the driver supports. Several changes may be coalesced into one value. The
 	// driver stops watching and releases everything it holds for the watch
 	// when ctx is done; it may close the channel then, or if the watch
 	// breaks (the Client falls back to polling).

@@ -38,6 +38,9 @@ var (
 	// ErrUnsupported: the store cannot do what was asked (for example
 	// Inspect on a driver without an Inspector).
 	ErrUnsupported = errors.New("fence: not supported by this store")
+	// ErrLimitMismatch: a semaphore was asked for with a limit other than
+	// the one its current holders were granted with.
+	ErrLimitMismatch = errors.New("fence: semaphore limit mismatch")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("fence: client closed")
 	// ErrStale: a guard refused a write whose fencing token is lower than

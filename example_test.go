@@ -103,3 +103,60 @@ func ExampleLease_Context() {
 	// lost: refused
 	// true
 }
+
+func ExampleClient_Partitions() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := fence.New(fencemem.New(), fence.WithTTL(300*time.Millisecond))
+	parts := c.Partitions("orders", []string{"eu", "us", "apac"}, fence.WithOwner("worker-1"))
+
+	started := make(chan string, 3)
+	done := make(chan error)
+	go func() {
+		done <- parts.Run(ctx, func(ctx context.Context, partition string, l *fence.Lease) error {
+			started <- partition // this worker owns the partition: work it, with l.Token()
+			<-ctx.Done()         // until it must stop
+			return nil
+		})
+	}()
+	for range 3 {
+		<-started // alone in the group, this worker gets all three
+	}
+	fmt.Println(parts.Owned())
+	cancel()
+	fmt.Println(<-done, parts.Owned())
+	// Output:
+	// [apac eu us]
+	// <nil> []
+}
+
+func ExampleSemaphore() {
+	ctx := context.Background()
+	c := fence.New(fencemem.New())
+	gpus := c.Semaphore("gpus", 2)
+
+	a, _ := gpus.TryAcquire(ctx)
+	b, _ := gpus.TryAcquire(ctx)
+	_, err := gpus.TryAcquire(ctx)
+	fmt.Println(a.Token(), b.Token(), errors.Is(err, fence.ErrHeld))
+	a.Release(ctx)
+	b.Release(ctx)
+	// Output: 1 2 true
+}
+
+func ExampleRWMutex() {
+	ctx := context.Background()
+	c := fence.New(fencemem.New())
+	config := c.RWMutex("config")
+
+	r, _ := config.TryAcquireRead(ctx)
+	_, err := config.TryAcquireWrite(ctx)
+	fmt.Println("writer while a reader holds:", errors.Is(err, fence.ErrHeld))
+	r.Release(ctx)
+
+	w, _ := config.AcquireWrite(ctx)
+	fmt.Println("writer's token above the reader's:", w.Token() > r.Token())
+	w.Release(ctx)
+	// Output:
+	// writer while a reader holds: true
+	// writer's token above the reader's: true
+}

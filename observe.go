@@ -168,9 +168,10 @@ func outcomeOf(err error) string {
 }
 
 // startAcquire opens the acquire span.
-func (o *observer) startAcquire(ctx context.Context, key string, wait bool) (context.Context, trace.Span) {
+func (o *observer) startAcquire(ctx context.Context, tgt target, wait bool) (context.Context, trace.Span) {
 	return o.tracer.Start(ctx, "fence.acquire", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(o.store, attribute.String("fence.key", key), attribute.Bool("fence.wait", wait)))
+		trace.WithAttributes(o.store, attribute.String("fence.key", tgt.key), attribute.Bool("fence.wait", wait),
+			attribute.String("fence.kind", tgt.kind.String())))
 }
 
 // endAcquire records an acquisition's outcome. waited is the time spent

@@ -21,8 +21,11 @@ import (
 // With HoldAtLeast, it keeps the lease after fn returns until that long
 // after the acquisition.
 func (c *Client) Run(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
-	cfg := c.cfg.with(opts)
-	l, err := c.acquire(ctx, key, cfg, !cfg.skipIfHeld)
+	return c.run(ctx, target{key: key}, c.cfg.with(opts), fn)
+}
+
+func (c *Client) run(ctx context.Context, tgt target, cfg config, fn func(ctx context.Context, l *Lease) error) error {
+	l, err := c.acquire(ctx, tgt, cfg, !cfg.skipIfHeld)
 	if err != nil {
 		if cfg.skipIfHeld && errors.Is(err, ErrHeld) {
 			return fmt.Errorf("%w: %w", ErrSkipped, err)

@@ -128,3 +128,32 @@ func TestRunHoldAtLeast(t *testing.T) {
 		t.Errorf("key still held after the hold: %v", err)
 	}
 }
+
+func TestSemaphoreAndRWMutexInput(t *testing.T) {
+	ctx := ctxT(t)
+	c := fence.New(fencemem.New())
+	if _, err := c.Semaphore("s", 0).TryAcquire(ctx); !errors.Is(err, fence.ErrInvalidOption) {
+		t.Errorf("semaphore with limit 0: %v; want ErrInvalidOption", err)
+	}
+	plain := fence.New(struct{ fence.Driver }{fencemem.New()}) // hides KindSupporter
+	if _, err := plain.Semaphore("s", 2).TryAcquire(ctx); !errors.Is(err, fence.ErrUnsupported) {
+		t.Errorf("semaphore on a lock-only driver: %v; want ErrUnsupported", err)
+	}
+	if _, err := plain.RWMutex("s").AcquireWrite(ctx); !errors.Is(err, fence.ErrUnsupported) {
+		t.Errorf("rw lock on a lock-only driver: %v; want ErrUnsupported", err)
+	}
+	l, err := c.Semaphore("s", 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Semaphore("s", 2).Run(ctx, func(ctx context.Context, l2 *fence.Lease) error {
+		if l2.Token() <= l.Token() {
+			t.Errorf("second slot's token %d not above %d", l2.Token(), l.Token())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+}

@@ -1,6 +1,9 @@
 // Package fencemem is an in-process fence driver, for the unit tests of code
-// that uses fence. It keeps leases in a map, issues tokens from a counter
-// per key, and wakes waiters through channels.
+// that uses fence. It keeps leases in maps, issues tokens from a counter
+// per key, and wakes waiters through channels. It supports locks,
+// semaphores and reader-writer locks (writer-preferring: a writer that
+// finds the key held keeps new readers out for one TTL, renewed by each of
+// its attempts while it waits).
 //
 // Its clock can be injected (WithClock) and moved forward (Advance), so a
 // test can expire a lease in the store without sleeping; Delete and Expire
@@ -31,8 +34,31 @@ type Store struct {
 	mu       sync.Mutex
 	offset   time.Duration // added to now by Advance
 	locks    map[string]*entry
-	tokens   map[string]int64
+	sems     map[string]*semaphore
+	rws      map[string]*rwlock
+	tokens   map[space]int64
 	watchers map[string]map[chan struct{}]struct{}
+}
+
+// space is a key in one kind's namespace: locks, semaphores and
+// reader-writer locks on the same key are independent.
+type space struct {
+	kind fence.Kind // KindLock, KindSemaphore, or KindWrite for both sides of an RW lock
+	key  string
+}
+
+type semaphore struct {
+	limit   int
+	holders map[string]*entry // by owner
+}
+
+type rwlock struct {
+	readers map[string]*entry // by owner
+	writer  *entry
+	// writerWaits keeps new readers out until then: a writer that found the
+	// key held sets it to one TTL ahead, and every later attempt of a
+	// waiting writer pushes it on. A writer that stops waiting lets it lapse.
+	writerWaits time.Time
 }
 
 type entry struct {
@@ -55,7 +81,9 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		now:      time.Now,
 		locks:    make(map[string]*entry),
-		tokens:   make(map[string]int64),
+		sems:     make(map[string]*semaphore),
+		rws:      make(map[string]*rwlock),
+		tokens:   make(map[space]int64),
 		watchers: make(map[string]map[chan struct{}]struct{}),
 	}
 	for _, o := range opts {
@@ -65,11 +93,16 @@ func New(opts ...Option) *Store {
 }
 
 var (
-	_ fence.Driver    = (*Store)(nil)
-	_ fence.Watcher   = (*Store)(nil)
-	_ fence.Inspector = (*Store)(nil)
-	_ fence.Lister    = (*Store)(nil)
+	_ fence.Driver        = (*Store)(nil)
+	_ fence.Watcher       = (*Store)(nil)
+	_ fence.Inspector     = (*Store)(nil)
+	_ fence.Lister        = (*Store)(nil)
+	_ fence.KindSupporter = (*Store)(nil)
 )
+
+// Supports implements fence.KindSupporter: the Store does locks,
+// semaphores and reader-writer locks.
+func (s *Store) Supports(k fence.Kind) bool { return k <= fence.KindWrite }
 
 func (s *Store) clock() time.Time { return s.now().Add(s.offset) }
 
@@ -90,14 +123,146 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock()
-	if e := s.live(req.Key, now); e != nil {
-		h := e.holder(req.Key, now)
-		return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+	e := &entry{owner: req.Owner, expires: now.Add(req.TTL), meta: maps.Clone(req.Meta)}
+	switch req.Kind {
+	case fence.KindLock:
+		if held := s.live(req.Key, now); held != nil {
+			h := held.holder(req.Key, now)
+			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+		}
+		s.locks[req.Key] = e
+	case fence.KindSemaphore:
+		sem := s.semaphore(req.Key, now)
+		if len(sem.holders) > 0 && sem.limit != req.Limit {
+			return nil, fmt.Errorf("%w: %q is held with limit %d, asked with %d", fence.ErrLimitMismatch, req.Key, sem.limit, req.Limit)
+		}
+		if len(sem.holders) >= req.Limit {
+			return nil, &fence.HeldError{Key: req.Key}
+		}
+		sem.limit = req.Limit
+		sem.holders[req.Owner] = e
+	case fence.KindRead, fence.KindWrite:
+		rw := s.rwlock(req.Key, now)
+		if rw.writer != nil {
+			h := rw.writer.holder(req.Key, now)
+			if req.Kind == fence.KindWrite {
+				rw.writerWaits = now.Add(req.TTL)
+			}
+			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+		}
+		if req.Kind == fence.KindRead && now.Before(rw.writerWaits) {
+			return nil, &fence.HeldError{Key: req.Key}
+		}
+		if req.Kind == fence.KindWrite && len(rw.readers) > 0 {
+			rw.writerWaits = now.Add(req.TTL)
+			return nil, &fence.HeldError{Key: req.Key}
+		}
+		if req.Kind == fence.KindRead {
+			rw.readers[req.Owner] = e
+		} else {
+			rw.writer = e
+			rw.writerWaits = time.Time{}
+		}
+	default:
+		return nil, fmt.Errorf("%w: %s", fence.ErrUnsupported, req.Kind)
 	}
-	s.tokens[req.Key]++
-	tok := s.tokens[req.Key]
-	s.locks[req.Key] = &entry{owner: req.Owner, token: tok, expires: now.Add(req.TTL), meta: maps.Clone(req.Meta)}
-	return &claim{s: s, key: req.Key, owner: req.Owner, token: tok}, nil
+	sp := spaceOf(req.Kind, req.Key)
+	s.tokens[sp]++
+	e.token = s.tokens[sp]
+	return &claim{s: s, key: req.Key, kind: req.Kind, owner: req.Owner, token: e.token}, nil
+}
+
+func spaceOf(k fence.Kind, key string) space {
+	if k == fence.KindRead {
+		k = fence.KindWrite // readers and writers share one token sequence
+	}
+	return space{kind: k, key: key}
+}
+
+// semaphore returns key's semaphore with its expired holders removed.
+// Callers hold s.mu.
+func (s *Store) semaphore(key string, now time.Time) *semaphore {
+	sem := s.sems[key]
+	if sem == nil {
+		sem = &semaphore{holders: make(map[string]*entry)}
+		s.sems[key] = sem
+	}
+	maps.DeleteFunc(sem.holders, func(_ string, e *entry) bool { return !now.Before(e.expires) })
+	return sem
+}
+
+// rwlock returns key's reader-writer lock with its expired holders
+// removed. Callers hold s.mu.
+func (s *Store) rwlock(key string, now time.Time) *rwlock {
+	rw := s.rws[key]
+	if rw == nil {
+		rw = &rwlock{readers: make(map[string]*entry)}
+		s.rws[key] = rw
+	}
+	maps.DeleteFunc(rw.readers, func(_ string, e *entry) bool { return !now.Before(e.expires) })
+	if rw.writer != nil && !now.Before(rw.writer.expires) {
+		rw.writer = nil
+	}
+	return rw
+}
+
+// held returns the live entry of the claim's owner, or nil. Callers hold
+// s.mu.
+func (s *Store) held(c *claim, now time.Time) *entry {
+	var e *entry
+	switch c.kind {
+	case fence.KindLock:
+		e = s.live(c.key, now)
+	case fence.KindSemaphore:
+		e = s.semaphore(c.key, now).holders[c.owner]
+	case fence.KindRead:
+		e = s.rwlock(c.key, now).readers[c.owner]
+	case fence.KindWrite:
+		e = s.rwlock(c.key, now).writer
+	}
+	if e == nil || e.owner != c.owner || !now.Before(e.expires) {
+		return nil
+	}
+	return e
+}
+
+// drop removes the claim's entry, live or expired, if it is still the
+// claim's. Callers hold s.mu.
+func (s *Store) drop(c *claim) bool {
+	switch c.kind {
+	case fence.KindLock:
+		if e := s.locks[c.key]; e != nil && e.owner == c.owner {
+			delete(s.locks, c.key)
+			return true
+		}
+	case fence.KindSemaphore:
+		if sem := s.sems[c.key]; sem != nil && sem.holders[c.owner] != nil {
+			delete(sem.holders, c.owner)
+			if len(sem.holders) == 0 {
+				delete(s.sems, c.key)
+			}
+			return true
+		}
+	case fence.KindRead, fence.KindWrite:
+		rw := s.rws[c.key]
+		if rw == nil {
+			return false
+		}
+		found := false
+		if c.kind == fence.KindRead && rw.readers[c.owner] != nil {
+			delete(rw.readers, c.owner)
+			found = true
+		}
+		if c.kind == fence.KindWrite && rw.writer != nil && rw.writer.owner == c.owner {
+			rw.writer = nil
+			found = true
+		}
+		if len(rw.readers) == 0 && rw.writer == nil && !s.clock().Before(rw.writerWaits) {
+			delete(s.rws, c.key)
+		}
+		return found
+	}
+	return false
 }
 
 // Inspect implements fence.Inspector.
@@ -176,6 +341,17 @@ func (s *Store) Advance(d time.Duration) {
 			s.notify(key)
 		}
 	}
+	for key, sem := range s.sems {
+		if n := len(sem.holders); len(s.semaphore(key, now).holders) < n {
+			s.notify(key)
+		}
+	}
+	for key, rw := range s.rws {
+		n, w := len(rw.readers), rw.writer
+		if rw = s.rwlock(key, now); len(rw.readers) < n || rw.writer != w {
+			s.notify(key)
+		}
+	}
 }
 
 // Delete removes key's lease behind its holder's back, as an operator or a
@@ -211,6 +387,7 @@ func (e *entry) holder(key string, now time.Time) fence.Holder {
 type claim struct {
 	s     *Store
 	key   string
+	kind  fence.Kind
 	owner string
 	token int64
 }
@@ -224,9 +401,9 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	now := c.s.clock()
-	e := c.s.live(c.key, now)
-	if e == nil || e.owner != c.owner {
-		return fmt.Errorf("%w: %q no longer held by %s", fence.ErrNotHeld, c.key, c.owner)
+	e := c.s.held(c, now)
+	if e == nil {
+		return fmt.Errorf("%w: %s %q no longer held by %s", fence.ErrNotHeld, c.kind, c.key, c.owner)
 	}
 	e.expires = now.Add(ttl)
 	return nil
@@ -238,14 +415,13 @@ func (c *claim) Release(ctx context.Context) error {
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
-	e := c.s.locks[c.key]
-	if e == nil || e.owner != c.owner {
-		return fmt.Errorf("%w: %q no longer held by %s", fence.ErrNotHeld, c.key, c.owner)
+	live := c.s.held(c, c.s.clock()) != nil
+	if !c.s.drop(c) {
+		return fmt.Errorf("%w: %s %q no longer held by %s", fence.ErrNotHeld, c.kind, c.key, c.owner)
 	}
-	delete(c.s.locks, c.key)
 	c.s.notify(c.key)
-	if !c.s.clock().Before(e.expires) {
-		return fmt.Errorf("%w: %q had expired", fence.ErrNotHeld, c.key)
+	if !live {
+		return fmt.Errorf("%w: %s %q had expired", fence.ErrNotHeld, c.kind, c.key)
 	}
 	return nil
 }

@@ -55,6 +55,17 @@
 //   - Release: a second Release reports ErrReleased; Release after loss
 //     reports ErrLost.
 //   - Inspect and List, where the driver implements them.
+//   - Semaphore, where the driver supports KindSemaphore: never more than
+//     the limit, ErrLimitMismatch for a disagreeing limit, waiting, expiry,
+//     tokens in real-time order.
+//   - RWMutex, where the driver supports KindRead and KindWrite: readers
+//     share, a writer excludes everyone, a writer's token is greater than
+//     the readers' before it, and a stream of readers does not starve a
+//     waiting writer.
+//   - Partitions, where the driver implements Inspector: workers sharing
+//     named partitions balance them within one of P/W as workers join and
+//     leave, and a guarded resource never sees two owners of a partition
+//     at once.
 //   - Leftovers: once every lease is released nothing is left behind, when
 //     Store.Leftovers is given.
 package fencetest
@@ -164,6 +175,9 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Release", s.release)
 	t.Run("Inspect", s.inspect)
 	t.Run("List", s.list)
+	t.Run("Semaphore", s.semaphore)
+	t.Run("RWMutex", s.rwmutex)
+	t.Run("Partitions", s.partitions)
 	t.Run("Leftovers", s.leftovers)
 }
 
