@@ -244,7 +244,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 		} else if a.Stale {
 			r.StaleAccepted++
 			if r.StaleAccepted <= 5 {
-				r.Violations = append(r.Violations, fmt.Sprintf("register accepted a stale write on %q: token %d after a higher one", a.Key, a.Token))
+				r.Violations = append(r.Violations, fmt.Sprintf("register accepted a stale write on %q: token %d after token %d", a.Key, a.Token, a.Highest))
 			}
 		}
 	}

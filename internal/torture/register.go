@@ -35,6 +35,8 @@ type Applied struct {
 	Accepted bool
 	// Stale: the token was lower than the highest accepted before it.
 	Stale bool
+	// Highest is the highest token accepted before it.
+	Highest int64
 }
 
 // registerClient is a worker's connection to the register.
@@ -113,7 +115,7 @@ func (r *memRegister) Log(context.Context) ([]Applied, error) {
 func (r *memRegister) apply(key string, token int64, val string, accepted bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a := Applied{T: Now(), Key: key, Token: token, Val: val, Accepted: accepted, Stale: token < r.high[key]}
+	a := Applied{T: Now(), Key: key, Token: token, Val: val, Accepted: accepted, Stale: token < r.high[key], Highest: r.high[key]}
 	r.log = append(r.log, a)
 	if accepted {
 		r.state[key] = regValue{Token: token, Val: val}

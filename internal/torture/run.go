@@ -264,6 +264,7 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	p.mu.Unlock()
 	analyze(r, events, applied, end, cfg.CheckTimeout)
 	if r.Linearizable != "Ok" && cfg.HTMLDir != "" {
+		_ = os.MkdirAll(cfg.HTMLDir, 0o755)
 		path := filepath.Join(cfg.HTMLDir, fmt.Sprintf("torture-%s-%s-%s.html", safeName(r.Store), r.Fault, guardName(r.Guard)))
 		if err := writeHTML(r, events, path); err != nil {
 			r.Violations = append(r.Violations, "writing the visualization: "+err.Error())
