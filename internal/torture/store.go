@@ -29,6 +29,8 @@ type Store struct {
 	// server is down, and returns a description of what it did.
 	restart func(down time.Duration, started func(what string)) (string, error)
 	close   func()
+	// pgDSN, for a private PostgreSQL, is where the SQL register can live.
+	pgDSN string
 }
 
 // Close stops the servers the store started.
@@ -55,20 +57,27 @@ func (s *Store) notApplicable(f Fault) string {
 // kind is a store the tool can set up itself: a private server from
 // internal/testserver, or one that needs no server.
 type kind struct {
-	about string
-	open  func(env *testserver.Env) (*Store, error)
+	about  string
+	scheme string // the driver's URL scheme; "" for the tool's own
+	open   func(env *testserver.Env) (*Store, error)
+	// sessionBound: the lock lives as long as the holder's connection or
+	// process, so a paused holder keeps it.
+	sessionBound bool
 }
 
 var kinds = map[string]kind{
-	"file": {"lock files in a new temporary directory (fencefile)", openFileStore},
-	"mem":  {"a fencemem store in the parent, served to the workers over HTTP", openMemStore},
+	"file": {about: "lock files in a new temporary directory (fencefile)", scheme: "file", open: openFileStore, sessionBound: true},
+	"mem":  {about: "a fencemem store in the parent, served to the workers over HTTP", open: openMemStore},
 }
 
 // Kinds lists the store names OpenStore sets up itself, with what each is.
+// Kinds whose driver is not in this build are left out.
 func Kinds() [][2]string {
 	var out [][2]string
 	for name, k := range kinds {
-		out = append(out, [2]string{name, k.about})
+		if k.builtIn() {
+			out = append(out, [2]string{name, k.about})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
 	return out
@@ -88,6 +97,9 @@ func KindNames() []string {
 // running store.
 func OpenStore(spec string, env *testserver.Env) (*Store, error) {
 	if k, ok := kinds[spec]; ok {
+		if !k.builtIn() {
+			return nil, fmt.Errorf("store %q: its driver (URL scheme %s) is not in this build", spec, k.scheme)
+		}
 		s, err := k.open(env)
 		if err != nil {
 			return nil, fmt.Errorf("starting a private %s store: %w", spec, err)

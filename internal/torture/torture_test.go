@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 // short is a plan of a few seconds, with generous timing for two shared
 // cores and the race detector.
 func short(f Fault, noGuard bool) Config {
-	return Config{Fault: f, NoGuard: noGuard, TTL: 500 * time.Millisecond, Duration: 4 * time.Second, Work: 40 * time.Millisecond}
+	return Config{Fault: f, NoGuard: noGuard, TTL: 500 * time.Millisecond, Duration: 3500 * time.Millisecond, Work: 40 * time.Millisecond}
 }
 
 func openStore(t *testing.T, spec string) *Store {
@@ -89,16 +89,19 @@ func expectClean(t *testing.T, r *Result) {
 	}
 }
 
-// stores are the stores every torture test covers: each driver on main,
-// through a private server where it needs one.
-var stores = []string{"file", "mem"}
+// stores are the stores every torture test covers: every store kind whose
+// driver is in the build, each on a private server where it needs one
+// (strict mode, FENCE_TEST_STRICT=1, fails when a server program is
+// missing instead of skipping).
+func stores() []string { return KindNames() }
 
 // TestTorture runs every fault plan, guarded, against every store and
 // expects a clean history: no stale write accepted, linearizable, tokens in
 // order.
 func TestTorture(t *testing.T) {
-	for _, spec := range stores {
+	for _, spec := range stores() {
 		t.Run(spec, func(t *testing.T) {
+			t.Parallel() // at most GOMAXPROCS stores at once; plans are mostly waiting
 			s := openStore(t, spec)
 			for _, f := range Faults {
 				if why := s.notApplicable(f); why != "" {
@@ -135,6 +138,7 @@ func TestPauseBites(t *testing.T) {
 func TestNoGuardShowsCorruption(t *testing.T) {
 	for _, spec := range ttlStores() {
 		t.Run(spec, func(t *testing.T) {
+			t.Parallel()
 			s := openStore(t, spec)
 			r := run(t, s, short(FaultPause, true))
 			if r.StaleAccepted == 0 || r.Linearizable != "Illegal" || r.OK() {
@@ -152,11 +156,12 @@ func TestNoGuardShowsCorruption(t *testing.T) {
 }
 
 // ttlStores are the stores whose leases expire while their holder is
-// stopped: where the pause plan makes two holders.
+// stopped: where the pause plan makes two holders. On the others the lock
+// is bound to the holder's connection or process, which a pause keeps.
 func ttlStores() []string {
 	var out []string
-	for _, s := range stores {
-		if s != "file" {
+	for _, s := range stores() {
+		if !kinds[s].sessionBound {
 			out = append(out, s)
 		}
 	}
