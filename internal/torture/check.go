@@ -153,9 +153,14 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 	}
 	calls := map[opKey]Event{}
 	rets := map[opKey]Event{}
+	type leaseKey struct {
+		w     int
+		key   string
+		token int64
+	}
 	dead := map[int]int64{} // worker -> killed or exited at
-	lost := map[[2]int64]int64{}
-	releasing := map[[2]int64]int64{}
+	lost := map[leaseKey]int64{}
+	releasing := map[leaseKey]int64{}
 	for _, e := range events {
 		switch {
 		case e.Op == OpKill || e.Op == OpExit:
@@ -163,7 +168,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 				dead[e.W] = e.T
 			}
 		case e.Op == OpLost:
-			k := [2]int64{int64(e.W), e.Token}
+			k := leaseKey{e.W, e.Key, e.Token}
 			if _, ok := lost[k]; !ok {
 				lost[k] = e.T
 			}
@@ -172,12 +177,12 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 		case e.Ph == Call:
 			calls[opKey{e.W, e.ID}] = e
 			if e.Op == OpRelease {
-				releasing[[2]int64{int64(e.W), e.Token}] = e.T
+				releasing[leaseKey{e.W, e.Key, e.Token}] = e.T
 			}
 		case e.Ph == Ret:
 			rets[opKey{e.W, e.ID}] = e
 			if e.Op == OpRelease && e.Res == ResLost {
-				k := [2]int64{int64(e.W), e.Token}
+				k := leaseKey{e.W, e.Key, e.Token}
 				if _, ok := lost[k]; !ok {
 					lost[k] = e.T
 				}
@@ -196,7 +201,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 				continue
 			}
 			s := leaseSpan{W: c.W, Key: c.Key, Token: ret.Token, Call: c.T, From: ret.T, To: end, Valid: ret.Valid}
-			lk := [2]int64{int64(c.W), ret.Token}
+			lk := leaseKey{c.W, c.Key, ret.Token}
 			for _, t := range []int64{lost[lk], releasing[lk], dead[c.W]} {
 				if t != 0 && t < s.To {
 					s.To = t
