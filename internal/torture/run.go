@@ -203,6 +203,9 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 			return err
 		}
 	}
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		return err
+	}
 	r.LogDir = cfg.LogDir
 	p.cfg.LogDir = cfg.LogDir
 	suffix := fmt.Sprintf("%x", rand.Uint32())
@@ -262,6 +265,7 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	p.mu.Lock()
 	events := append([]Event(nil), p.events...)
 	p.mu.Unlock()
+	writeHistory(filepath.Join(cfg.LogDir, fmt.Sprintf("%s-%s-%s-history.jsonl", safeName(r.Store), r.Fault, guardName(r.Guard))), events, applied)
 	analyze(r, events, applied, end, cfg.CheckTimeout)
 	if r.Linearizable != "Ok" && cfg.HTMLDir != "" {
 		_ = os.MkdirAll(cfg.HTMLDir, 0o755)
@@ -273,6 +277,27 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 		}
 	}
 	return nil
+}
+
+// writeHistory saves the events, then the register's log, one JSON object
+// a line, for a look after the fact. Failing to is not worth failing for.
+func writeHistory(path string, events []Event, applied []Applied) {
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, e := range events {
+		_ = enc.Encode(e)
+	}
+	for _, a := range applied {
+		_ = enc.Encode(struct {
+			Applied Applied `json:"applied"`
+		}{a})
+	}
+	_ = w.Flush()
 }
 
 func guardName(g bool) string {
