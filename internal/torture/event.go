@@ -24,6 +24,7 @@ const (
 	OpRelease = "release" // a lease release (call, ret)
 	OpLost    = "lost"    // the worker's lease context ended with ErrLost
 	OpKill    = "kill"    // the parent killed the worker (SIGKILL)
+	OpReady   = "ready"   // the worker has opened the store and the register
 	OpExit    = "exit"    // the worker process ended
 	OpFault   = "fault"   // the parent started or ended a fault (W < 0)
 )

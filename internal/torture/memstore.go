@@ -66,6 +66,7 @@ func newMemServer() (*memServer, error) {
 	mux.HandleFunc("POST /acquire", s.handle(s.acquire))
 	mux.HandleFunc("POST /extend", s.handle(s.extend))
 	mux.HandleFunc("POST /release", s.handle(s.release))
+	mux.HandleFunc("POST /watch", s.handle(s.watch))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: time.Minute}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -83,6 +84,10 @@ func (s *memServer) handle(op func(context.Context, memRequest) (int, memReply))
 			return
 		}
 		code, reply := op(r.Context(), req)
+		if code == http.StatusNoContent {
+			w.WriteHeader(code)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(reply)
@@ -142,6 +147,23 @@ func (s *memServer) release(ctx context.Context, req memRequest) (int, memReply)
 	return http.StatusOK, memReply{}
 }
 
+// watch answers 200 when key may have been released, 204 after a while
+// without news: a long poll.
+func (s *memServer) watch(ctx context.Context, req memRequest) (int, memReply) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ch, err := s.store.Watch(ctx, req.Key)
+	if err != nil {
+		return http.StatusInternalServerError, memReply{Error: err.Error()}
+	}
+	select {
+	case <-ch:
+		return http.StatusOK, memReply{}
+	case <-ctx.Done():
+		return http.StatusNoContent, memReply{}
+	}
+}
+
 func notHeldStatus(err error) int {
 	if errors.Is(err, fence.ErrNotHeld) {
 		return http.StatusGone
@@ -180,6 +202,9 @@ func (c *memClient) call(ctx context.Context, op string, req memRequest) (int, m
 	}
 	defer resp.Body.Close()
 	var r memReply
+	if resp.StatusCode == http.StatusNoContent {
+		return resp.StatusCode, r, nil
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 		return resp.StatusCode, r, fmt.Errorf("%s: %s: %w", op, resp.Status, err)
 	}
@@ -197,6 +222,29 @@ func (c *memClient) TryAcquire(ctx context.Context, req fence.Request) (fence.Cl
 		return nil, fmt.Errorf("acquire: %d: %s", code, r.Error)
 	}
 	return &memClaim{c: c, key: req.Key, owner: req.Owner, token: r.Token}, nil
+}
+
+// Watch implements fence.Watcher with long polls. A release between
+// Watch returning and the first poll reaching the server goes unseen; the
+// Client then wakes at the holder's expiry or its poll bound instead.
+func (c *memClient) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	ch := make(chan struct{}, 1)
+	go func() {
+		defer close(ch)
+		for ctx.Err() == nil {
+			code, _, err := c.call(ctx, "watch", memRequest{Key: key})
+			switch {
+			case err != nil:
+				sleep(ctx, 50*time.Millisecond)
+			case code == http.StatusOK:
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return ch, nil
 }
 
 type memClaim struct {

@@ -188,6 +188,7 @@ type slot struct {
 }
 
 type proc struct {
+	ready   chan struct{} // closed at its first event
 	id      int
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
@@ -247,6 +248,16 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 		}
 	}
 
+	// The plan's clock starts once every worker is up (started, store and
+	// register open): starting processes is slow on a loaded machine.
+	readyBy := time.After(30 * time.Second)
+	for _, s := range p.slots {
+		select {
+		case <-s.proc.ready:
+		case <-readyBy:
+		case <-ctx.Done():
+		}
+	}
 	deadline := time.Now().Add(cfg.Duration)
 	p.faults(ctx, deadline)
 	for _, s := range p.slots {
@@ -376,7 +387,7 @@ func (p *plan) spawn(s *slot) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
-	pr := &proc{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	pr := &proc{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{}), ready: make(chan struct{})}
 	p.mu.Lock()
 	s.proc = pr
 	p.mu.Unlock()
@@ -391,7 +402,10 @@ func (p *plan) read(s *slot, pr *proc, stdout io.Reader) {
 	defer close(pr.done)
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var readyOnce sync.Once
+	defer readyOnce.Do(func() { close(pr.ready) })
 	for sc.Scan() {
+		readyOnce.Do(func() { close(pr.ready) })
 		var e Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			continue // not an event: a stray line

@@ -58,17 +58,30 @@ func WorkerMain() int {
 		fmt.Fprintf(os.Stderr, "torture worker: bad %s: %v\n", WorkerEnv, err)
 		return 2
 	}
-	w, err := newWorker(cfg, os.Stdout)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "torture worker %d: %v\n", cfg.ID, err)
-		return 1
-	}
-	defer w.close()
 	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin) // returns when the parent closes it or dies
 		stop()
 	}()
+	// The store or the register may be down when the worker starts (the
+	// restart fault): try until they answer.
+	var (
+		w   *worker
+		err error
+	)
+	for {
+		if w, err = newWorker(ctx, cfg, os.Stdout); err == nil || ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "torture worker %d: %v; retrying\n", cfg.ID, err)
+		sleep(ctx, cfg.TTL/4)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "torture worker %d: %v\n", cfg.ID, err)
+		return 1
+	}
+	defer w.close()
+	w.emit(Event{Op: OpReady})
 	w.loop(ctx)
 	return 0
 }
@@ -85,14 +98,20 @@ type worker struct {
 	ids atomic.Int64
 }
 
-func newWorker(cfg workerConfig, out io.Writer) (*worker, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func newWorker(ctx context.Context, cfg workerConfig, out io.Writer) (*worker, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	drv, closer, err := storeurl.Open(ctx, cfg.Store)
 	if err != nil {
 		return nil, err
 	}
 	reg, err := openRegister(ctx, cfg)
+	if err == nil {
+		// Connect now, so the first write does not pay for it.
+		if _, _, err = reg.Read(ctx, cfg.Keys[0]); err != nil {
+			reg.Close()
+		}
+	}
 	if err != nil {
 		closer.Close()
 		return nil, err
