@@ -20,7 +20,13 @@ import (
 	"github.com/fencing/fence/internal/storeurl"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// testserver forks servers from one goroutine that lives as long
+		// as the test binary.
+		goleak.IgnoreAnyFunction("github.com/fencing/fence/internal/testserver.init.func2.1"),
+	)
+}
 
 func TestOpenFile(t *testing.T) {
 	ctx := context.Background()

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/fencing/fence/fenceazblob"
+	"github.com/fencing/fence/internal/testserver"
+)
+
+// TestAzblobStore runs fence against a private Azurite through an
+// azblob+http:// store URL carrying the account key.
+func TestAzblobStore(t *testing.T) {
+	az := testserver.Azurite(t)
+	escapedKey := url.QueryEscape(testserver.AzuriteKey)
+	const name = "fence-cli"
+	e := &env{t: t, home: t.TempDir(),
+		store: "azblob+http://" + testserver.AzuriteAccount + ":" + escapedKey + "@" + az.Addr() + "/" + testserver.AzuriteAccount + "/" + name}
+	noKey := func(r result) {
+		t.Helper()
+		for _, s := range []string{testserver.AzuriteKey, escapedKey, testserver.AzuriteKey[:20]} {
+			if strings.Contains(r.stdout+r.stderr, s) {
+				t.Errorf("fence printed the account key:\n%s%s", r.stdout, r.stderr)
+			}
+		}
+	}
+
+	var last int64
+	for range 2 {
+		r := e.run("run", "--ttl", "15s", "--key", "jobs/nightly", "--", "sh", "-c", "echo $FENCE_TOKEN")
+		noKey(r)
+		if tok := tokenOf(t, r); tok <= last {
+			t.Fatalf("token %d after %d", tok, last)
+		} else {
+			last = tok
+		}
+	}
+
+	// Held: a second run is skipped, naming the holder; status tells the
+	// holder and the lease duration (the store does not tell the time
+	// left).
+	h, started := e.start("run", "--json", "--ttl", "15s", "--key", "k", "--", "sleep", "60")
+	r := e.run("run", "--no-wait", "--key", "k", "--", "true")
+	noKey(r)
+	if r.code != 75 || !strings.Contains(r.stderr, "pid "+strconv.Itoa(h.cmd.Process.Pid)) ||
+		!strings.Contains(r.stderr, fmt.Sprintf("token %d", num(started["token"]))) {
+		t.Errorf("run on a held key: exit %d, want 75 naming the holder; stderr:\n%s", r.code, r.stderr)
+	}
+	r = e.run("status", "--key", "k", "--json")
+	noKey(r)
+	var st holderJSON
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 || !st.Held ||
+		st.Token != num(started["token"]) || st.ExpiresInMS != 15000 {
+		t.Errorf("status: exit %d, %q", r.code, r.stdout)
+	}
+	if r := e.run("list", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"k"`) {
+		t.Errorf("list: exit %d, %q", r.code, r.stdout)
+	}
+
+	// An operator breaks the lease: CMD is stopped, fence exits 76.
+	c, err := container.NewClientFromConnectionString(az.ConnectionString(), name, fenceazblob.ClientOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := fenceazblob.New(c).Break(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := h.expect(t, "lost"); ev["reason"] != "refused" {
+		t.Errorf("lost event = %v", ev)
+	}
+	if code := h.wait(t); code != 76 {
+		t.Errorf("fence exited %d after its lease was broken, want 76; it said:\n%s", code, h.stderr)
+	}
+
+	// A TTL outside Azure's range is a usage error that names the range.
+	r = e.run("run", "--ttl", "5s", "--key", "k", "--", "true")
+	noKey(r)
+	if r.code != 2 || !strings.Contains(r.stderr, "15s to 1m0s") {
+		t.Errorf("run --ttl 5s: exit %d, want 2 naming the range; stderr:\n%s", r.code, r.stderr)
+	}
+
+	// An unreachable store: an error, without the key.
+	e.store = strings.Replace(e.store, az.Addr(), "127.0.0.1:1", 1)
+	r = e.run("run", "--no-wait", "--key", "k", "--", "true")
+	noKey(r)
+	if r.code != 1 || !strings.Contains(r.stderr, "connection refused") {
+		t.Errorf("run on an unreachable store: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+}
