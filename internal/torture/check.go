@@ -98,6 +98,7 @@ type Result struct {
 	Store string
 	Fault Fault
 	Guard bool
+	TTL   time.Duration // the leases' TTL
 	// NA, if set, says why the fault does not apply to the store; the plan
 	// did not run.
 	NA string

@@ -150,7 +150,13 @@ func (c *Config) defaults() {
 // Run runs one torture plan against store and checks its history.
 func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 	cfg.defaults()
-	r := &Result{Store: store.Name, Fault: cfg.Fault, Guard: !cfg.NoGuard}
+	if cfg.TTL < store.minTTL {
+		cfg.TTL = store.minTTL
+		if min := 7 * cfg.TTL / 2; cfg.Fault != FaultNone && cfg.Duration < min {
+			cfg.Duration = min // room for one fault episode
+		}
+	}
+	r := &Result{Store: store.Name, Fault: cfg.Fault, Guard: !cfg.NoGuard, TTL: cfg.TTL}
 	if why := store.notApplicable(cfg.Fault); why != "" {
 		r.NA = why
 		return r, nil

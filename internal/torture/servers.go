@@ -63,7 +63,6 @@ func init() {
 					return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable%s", a[0], srv.Database(), query)
 				},
 				restart: restartProcess(env, "postgres", srv.Process),
-				pgDSN:   srv.DSN(),
 			}, nil
 		}
 	}
@@ -102,6 +101,18 @@ func init() {
 			restart: restartProcess(env, "zookeeper", srv.Process),
 		}, nil
 	})
+	server("azblob", "azblob+http", "a private Azurite (Azure Blob leases: TTL 15 s to 60 s, so plans run with TTL 15 s)", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.AzuriteServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.Azurite(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs:   []string{srv.Addr()},
+			url:     func(a []string) string { return "azblob+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture" },
+			restart: restartProcess(env, "azurite", srv.Process),
+			minTTL:  azureMinTTL,
+		}, nil
+	})
 	server("nats", "nats", "a private nats-server with JetStream", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.NATSServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.NATS(tb) }); err != nil {
@@ -114,6 +125,9 @@ func init() {
 		}, nil
 	})
 }
+
+// azureMinTTL is the shortest Azure blob lease (fenceazblob.MinTTL).
+const azureMinTTL = 15 * time.Second
 
 // restartOneOf restarts the members in turn, one per episode.
 func restartOneOf(env *testserver.Env, name string, ps ...*testserver.Process) func(time.Duration, func(string)) (string, error) {

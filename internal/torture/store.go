@@ -29,9 +29,13 @@ type Store struct {
 	// server is down, and returns a description of what it did.
 	restart func(down time.Duration, started func(what string)) (string, error)
 	close   func()
-	// pgDSN, for a private PostgreSQL, is where the SQL register can live.
-	pgDSN string
+	// minTTL is the shortest lease the store grants (Azure's 15 s); plans
+	// on it run with at least this TTL, and long enough for a fault.
+	minTTL time.Duration
 }
+
+// MinTTL returns the shortest lease TTL the store grants, 0 if any.
+func (s *Store) MinTTL() time.Duration { return s.minTTL }
 
 // Close stops the servers the store started.
 func (s *Store) Close() {
