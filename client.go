@@ -174,6 +174,25 @@ func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquire
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}
+		if time.Since(sent) >= cfg.renewInterval() {
+			// A queued wait may outlast the TTL while the store keeps the
+			// queue entry alive (its session). Validity measured from the
+			// start of the wait would be over, or nearly, so the lease
+			// would be dropped as late, or lost before its first renewal.
+			// Confirm the grant with one compare-and-extend and measure
+			// validity from that request instead.
+			confirmed := time.Now()
+			ectx, cancel := context.WithTimeout(ctx, cfg.ttl)
+			err := claim.Extend(ectx, cfg.ttl)
+			cancel()
+			switch {
+			case err == nil:
+				sent = confirmed
+			case errors.Is(err, ErrNotHeld):
+				c.releaseQuietly(claim, cfg)
+				continue
+			}
+		}
 		l, err := c.grant(ctx, cfg, req, claim, sent)
 		if errors.Is(err, errLateReply) {
 			continue

@@ -436,3 +436,72 @@ func TestCancelledWaitLeavesNoWatch(t *testing.T) {
 	l.Release(ctx)
 	// goleak in TestMain checks that no watch goroutine is left.
 }
+
+// queued is a BlockingAcquirer whose store queue makes Acquire wait before
+// granting, as a FIFO queue of contenders does.
+type queued struct {
+	*hooked
+	wait time.Duration
+}
+
+// TryAcquire finds the key held: the grant comes only from the queue.
+func (q *queued) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	return nil, &fence.HeldError{Key: req.Key}
+}
+
+func (q *queued) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	select {
+	case <-time.After(q.wait):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return q.hooked.TryAcquire(ctx, req)
+}
+
+func TestBlockingWaitLongerThanTTLIsConfirmedByExtend(t *testing.T) {
+	ctx := ctxT(t)
+	q := &queued{hooked: newHooked(), wait: 300 * time.Millisecond}
+	var extends atomic.Int32
+	q.setExtend(func(ctx context.Context, next func() error) error {
+		extends.Add(1)
+		return next()
+	})
+	c := fence.New(q, fence.WithTTL(200*time.Millisecond))
+	l, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("Acquire after a queued wait longer than the TTL: %v", err)
+	}
+	defer l.Release(ctx)
+	if n := q.releases.Load(); n != 0 {
+		t.Errorf("the grant was released %d times as late; want it confirmed by Extend", n)
+	}
+	if extends.Load() == 0 {
+		t.Errorf("no Extend confirmed the grant of a long wait")
+	}
+	if v := l.ValidFor(); v < 100*time.Millisecond {
+		t.Errorf("ValidFor() = %v right after the grant; validity must be measured from the confirming Extend", v)
+	}
+	if l.Token() != 1 {
+		t.Errorf("token %d; want 1 (one grant)", l.Token())
+	}
+
+	// A grant the store no longer holds by the time it is confirmed is
+	// dropped, and the wait goes on.
+	q2 := &queued{hooked: newHooked(), wait: 300 * time.Millisecond}
+	var refused atomic.Bool
+	q2.setExtend(func(ctx context.Context, next func() error) error {
+		if refused.CompareAndSwap(false, true) {
+			return fence.ErrNotHeld
+		}
+		return next()
+	})
+	c2 := fence.New(q2, fence.WithTTL(200*time.Millisecond))
+	l2, err := c2.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() != 2 || q2.releases.Load() != 1 {
+		t.Errorf("token %d after %d releases; want the refused grant released and a second grant (token 2)", l2.Token(), q2.releases.Load())
+	}
+	_ = l2.Release(ctx)
+}

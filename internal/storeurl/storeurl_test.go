@@ -18,15 +18,10 @@ import (
 	"github.com/fencing/fence/fencefile"
 	"github.com/fencing/fence/fencemem"
 	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// testserver forks servers from one goroutine that lives as long
-		// as the test binary.
-		goleak.IgnoreAnyFunction("github.com/fencing/fence/internal/testserver.init.func2.1"),
-	)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }
 
 func TestOpenFile(t *testing.T) {
 	ctx := context.Background()

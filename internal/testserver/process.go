@@ -290,14 +290,18 @@ func (p *Process) launchLocked() error {
 // its thread for the life of the test binary.
 var spawner = sync.OnceValue(func() chan<- func() {
 	ch := make(chan func())
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
-		for f := range ch {
-			f()
-		}
-	}()
+	go spawnLoop(ch)
 	return ch
 })
+
+// spawnLoop runs the forks, on one thread for the life of the test binary.
+// It is a named function so that IgnoreLeaks can name it.
+func spawnLoop(ch <-chan func()) {
+	runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
+	for f := range ch {
+		f()
+	}
+}
 
 func startOnSpawner(cmd *exec.Cmd) error {
 	done := make(chan error, 1)

@@ -1,0 +1,489 @@
+package fenceetcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fenceetcd"
+	"github.com/fencing/fence/internal/testserver"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newDriver returns a driver with its own etcd client, closed at the end
+// of the test.
+func newDriver(t *testing.T, endpoints []string, opts ...fenceetcd.Option) *fenceetcd.Driver {
+	t.Helper()
+	cli := newClient(t, endpoints)
+	d := fenceetcd.New(cli, opts...)
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func newFence(t *testing.T, d fence.Driver, opts ...fence.Option) *fence.Client {
+	t.Helper()
+	c := fence.New(d, append([]fence.Option{fence.WithTTL(ttl)}, opts...)...)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	return c
+}
+
+func entries(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Driver, key string) []string {
+	t.Helper()
+	resp, err := cli.Get(ctx, d.Dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key))
+	}
+	return out
+}
+
+// leaseOf returns the etcd lease of the n-th entry (0: the holder) of key's
+// queue.
+func leaseOf(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Driver, key string, n int) clientv3.LeaseID {
+	t.Helper()
+	resp, err := cli.Get(ctx, d.Dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) <= n {
+		t.Fatalf("queue of %q has %d entries; want more than %d", key, len(resp.Kvs), n)
+	}
+	return clientv3.LeaseID(resp.Kvs[n].Lease)
+}
+
+// waitEntries waits until key's queue has n entries.
+func waitEntries(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Driver, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(entries(t, ctx, cli, d, key)) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue of %q: %q; want %d entries", key, entries(t, ctx, cli, d, key), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rpcCounter counts the unary RPCs a client makes, by method.
+type rpcCounter struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *rpcCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	r.mu.Lock()
+	r.calls = append(r.calls, method)
+	r.mu.Unlock()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (r *rpcCounter) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.calls
+	r.calls = nil
+	return c
+}
+
+func TestOneTransactionPerOperation(t *testing.T) {
+	srv := testserver.Etcd(t)
+	ctx := ctxT(t)
+	var rpcs rpcCounter
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(rpcs.intercept)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	d := fenceetcd.New(cli)
+	defer d.Close()
+	req := func(owner string) fence.Request {
+		return fence.Request{Key: "one-rpc", Owner: owner, TTL: 10 * time.Second}
+	}
+	// The first acquisition grants the session lease.
+	c, err := d.TryAcquire(ctx, req("warm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rpcs.take()
+
+	c, err = d.TryAcquire(ctx, req("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rpcs.take(); len(got) != 1 || !strings.HasSuffix(got[0], "/Txn") {
+		t.Errorf("uncontended TryAcquire made RPCs %q; want one Txn", got)
+	}
+	_, err = d.TryAcquire(ctx, req("b"))
+	var held *fence.HeldError
+	if !errors.As(err, &held) || held.Holder == nil || held.Holder.Owner != "a" || held.Holder.Token != c.Token() {
+		t.Errorf("contended TryAcquire: %v; want a *HeldError naming owner a, token %d", err, c.Token())
+	}
+	if got := rpcs.take(); len(got) != 1 {
+		t.Errorf("contended TryAcquire made RPCs %q; want one Txn", got)
+	}
+	if e := entries(t, ctx, cli, d, "one-rpc"); len(e) != 1 {
+		t.Errorf("after a failed TryAcquire the queue is %q; want only the holder", e)
+	}
+	rpcs.take()
+	if err := c.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := rpcs.take(); len(got) != 1 {
+		t.Errorf("Extend with a fresh session made RPCs %q; want one Txn", got)
+	}
+	if err := c.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rpcs.take(); len(got) != 1 {
+		t.Errorf("Release made RPCs %q; want one Txn", got)
+	}
+	b, err := d.Acquire(ctx, req("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rpcs.take(); len(got) != 1 {
+		t.Errorf("uncontended blocking Acquire made RPCs %q; want one Txn", got)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExtendRefusesWhenEntryGone(t *testing.T) {
+	srv := testserver.Etcd(t)
+	ctx := ctxT(t)
+	cli := newClient(t, srv.Endpoints())
+	d := newDriver(t, srv.Endpoints())
+	c, err := d.TryAcquire(ctx, fence.Request{Key: "gone", Owner: "o", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Extend(ctx, ttl); err != nil {
+		t.Fatalf("Extend of a held claim: %v", err)
+	}
+	if _, err := cli.Delete(ctx, d.Dir("gone"), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Extend(ctx, ttl); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("Extend after the holder entry was deleted: %v; want ErrNotHeld", err)
+	}
+	if err := c.Release(ctx); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("Release after the holder entry was deleted: %v; want ErrNotHeld", err)
+	}
+}
+
+func TestKeysDoNotNest(t *testing.T) {
+	srv := testserver.Etcd(t)
+	ctx := ctxT(t)
+	a := newFence(t, newDriver(t, srv.Endpoints(), fenceetcd.WithPrefix("p")))
+	b := newFence(t, newDriver(t, srv.Endpoints(), fenceetcd.WithPrefix("p/")))
+	d := newDriver(t, srv.Endpoints(), fenceetcd.WithPrefix("p"))
+	if strings.HasPrefix(d.Dir("a/b"), d.Dir("a")) || strings.HasPrefix(d.Dir("a"), d.Dir("a/b")) {
+		t.Errorf("Dir(a) = %q and Dir(a/b) = %q nest", d.Dir("a"), d.Dir("a/b"))
+	}
+	la, err := a.TryAcquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab, err := b.TryAcquire(ctx, "a/b")
+	if err != nil {
+		t.Fatalf("TryAcquire(a/b) while a is held: %v", err)
+	}
+	if h, err := a.Inspect(ctx, "a"); err != nil || h.Owner != la.Owner() {
+		t.Errorf("Inspect(a) = %+v, %v; want owner %s", h, err, la.Owner())
+	}
+	if h, err := a.Inspect(ctx, "a/b"); err != nil || h.Owner != lab.Owner() {
+		t.Errorf("Inspect(a/b) = %+v, %v; want owner %s", h, err, lab.Owner())
+	}
+	hs, err := a.List(ctx, "a/")
+	if err != nil || len(hs) != 1 || hs[0].Key != "a/b" {
+		t.Errorf("List(a/) = %+v, %v; want only a/b", hs, err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.Err(); err != nil {
+		t.Errorf("releasing a ended a/b: %v", err)
+	}
+	_ = lab.Release(ctx)
+}
+
+// TestFIFO queues waiters one after another and checks that they get the
+// key in that order, with increasing tokens, and that a cancelled waiter
+// leaves its place.
+func TestFIFO(t *testing.T) {
+	srv := testserver.Etcd(t)
+	ctx := ctxT(t)
+	cli := newClient(t, srv.Endpoints())
+	d0 := newDriver(t, srv.Endpoints())
+	holder := newFence(t, d0)
+	key := "fifo"
+	l, err := holder.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 5
+	const cancelled = 2 // this waiter gives up before its turn
+	var (
+		mu    sync.Mutex
+		order []int
+		toks  []int64
+		wg    sync.WaitGroup
+	)
+	cancels := make([]context.CancelFunc, waiters)
+	for i := range waiters {
+		c := newFence(t, newDriver(t, srv.Endpoints()))
+		wctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		wg.Go(func() {
+			l, err := c.Acquire(wctx, key)
+			if i == cancelled {
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("cancelled waiter: %v; want context.Canceled", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			toks = append(toks, l.Token())
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		waitEntries(t, ctx, cli, d0, key, i+2) // queued before the next starts
+	}
+	cancels[cancelled]()
+	waitEntries(t, ctx, cli, d0, key, waiters) // its entry is gone
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for _, c := range cancels {
+		c()
+	}
+	if want := "[0 1 3 4]"; fmt.Sprint(order) != want {
+		t.Errorf("waiters got the key in order %v; want %s (FIFO)", order, want)
+	}
+	last := l.Token()
+	for _, tok := range toks {
+		if tok <= last {
+			t.Errorf("tokens %v after %d are not increasing", toks, l.Token())
+		}
+		last = tok
+	}
+	if e := entries(t, ctx, cli, d0, key); len(e) != 0 {
+		t.Errorf("queue after everyone left: %q", e)
+	}
+}
+
+// TestRevokedHolderLeaseLosesPromptly revokes the holder's session lease in
+// etcd: the holder's lease context must end through the session, long
+// before its local validity would.
+func TestRevokedHolderLeaseLosesPromptly(t *testing.T) {
+	srv := testserver.Etcd(t)
+	ctx := ctxT(t)
+	cli := newClient(t, srv.Endpoints())
+	d := newDriver(t, srv.Endpoints())
+	const long = 20 * time.Second
+	c := newFence(t, d, fence.WithTTL(long), fence.WithoutRenewal())
+	l, err := c.TryAcquire(ctx, "revoke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctx, leaseOf(t, ctx, cli, d, "revoke", 0)); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	select {
+	case <-l.Done():
+		t.Logf("loss noticed %v after the revoke", time.Since(revoked))
+	case <-time.After(long / 2):
+		t.Fatalf("lease still valid %v after its session lease was revoked", long/2)
+	}
+	var lost *fence.LostError
+	if !errors.As(l.Err(), &lost) || lost.Reason != fence.LossSession {
+		t.Errorf("cause %v; want a *LostError with reason %q", l.Err(), fence.LossSession)
+	}
+	// The driver starts a new session for the next acquisition.
+	other := newFence(t, newDriver(t, srv.Endpoints()))
+	l2, err := other.TryAcquire(ctx, "revoke")
+	if err != nil {
+		t.Fatalf("TryAcquire after the holder's session was revoked: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	_ = l2.Release(ctx)
+	l3, err := c.TryAcquire(ctx, "revoke")
+	if err != nil {
+		t.Fatalf("TryAcquire on the driver whose session was revoked: %v", err)
+	}
+	_ = l3.Release(ctx)
+}
+
+// TestWaiterWithEndedSessionStops is etcd#19597 (a waiter keeps waiting
+// after its session expired) and etcd#11456 (a lock is granted after the
+// waiter's lease expired): a waiter whose session lease is revoked must
+// stop waiting with an error, never return a lease.
+func TestWaiterWithEndedSessionStops(t *testing.T) {
+	for _, release := range []bool{false, true} {
+		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
+			srv := testserver.Etcd(t)
+			ctx := ctxT(t)
+			cli := newClient(t, srv.Endpoints())
+			d0 := newDriver(t, srv.Endpoints())
+			holder := newFence(t, d0)
+			key := "waiter-session"
+			l, err := holder.TryAcquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiter := newFence(t, newDriver(t, srv.Endpoints()))
+			got := make(chan error, 1)
+			var granted atomic.Pointer[fence.Lease]
+			go func() {
+				l2, err := waiter.Acquire(ctx, key)
+				if err == nil {
+					granted.Store(l2)
+				}
+				got <- err
+			}()
+			waitEntries(t, ctx, cli, d0, key, 2)
+			if _, err := cli.Revoke(ctx, leaseOf(t, ctx, cli, d0, key, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if release {
+				// The holder leaves at once: the waiter must not take over
+				// with the entry its ended session lost.
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case err := <-got:
+				if err == nil {
+					t.Fatalf("waiter whose session was revoked got the lease (token %d)", granted.Load().Token())
+				}
+				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("waiter ended with %v; want the session's end", err)
+				}
+				t.Logf("waiter stopped: %v", err)
+			case <-time.After(3 * ttl):
+				t.Fatalf("waiter still waiting %v after its session lease was revoked", 3*ttl)
+			}
+			if !release {
+				if err := l.Err(); err != nil {
+					t.Errorf("holder lost its lease: %v", err)
+				}
+				_ = l.Release(ctx)
+			}
+			l3, err := holder.TryAcquire(ctx, key)
+			if err != nil {
+				t.Fatalf("TryAcquire after the waiter's session ended and the holder left: %v", err)
+			}
+			_ = l3.Release(ctx)
+		})
+	}
+}
+
+// TestClusterMemberKilled kills each member of a 3-member cluster in turn
+// (so also the one the client's streams use, and the leader) while a lease
+// is held: the client fails over, the lease survives, tokens keep
+// increasing.
+func TestClusterMemberKilled(t *testing.T) {
+	cluster := testserver.EtcdCluster(t, 3)
+	ctx := ctxT(t)
+	const ttl = 5 * time.Second
+	c := newFence(t, newDriver(t, cluster.Endpoints()), fence.WithTTL(ttl))
+	held, err := c.TryAcquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := held.Token()
+	for _, m := range cluster.Members {
+		m.Kill()
+		// Longer than the lease's validity: only renewals through the
+		// remaining members keep it.
+		time.Sleep(ttl + time.Second)
+		if err := held.Err(); err != nil {
+			t.Fatalf("lease lost after member %s was killed: %v", m.Name(), err)
+		}
+		l, err := c.Acquire(ctx, "other", fence.WithWait(30*time.Second))
+		if err != nil {
+			t.Fatalf("Acquire with member %s down: %v", m.Name(), err)
+		}
+		if l.Token() <= last {
+			t.Errorf("token %d with member %s down, after %d", l.Token(), m.Name(), last)
+		}
+		last = l.Token()
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release with member %s down: %v", m.Name(), err)
+		}
+		m.Restart()
+	}
+	if err := held.Err(); err != nil {
+		t.Fatalf("lease lost: %v", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+}
+
+// TestCloseWhileEtcdIsDown: Close returns even when an acquisition is
+// stuck granting a session on an unreachable cluster.
+func TestCloseWhileEtcdIsDown(t *testing.T) {
+	srv := testserver.Etcd(t)
+	cli := newClient(t, srv.Endpoints())
+	d := fenceetcd.New(cli)
+	srv.Stop()
+	defer srv.Cont()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.TryAcquire(context.Background(), fence.Request{Key: "k", Owner: "o", TTL: ttl})
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { d.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close blocked by an acquisition waiting for an unreachable cluster")
+	}
+	if err := <-errc; err == nil {
+		t.Errorf("TryAcquire on an unreachable cluster succeeded")
+	}
+}

@@ -1,0 +1,369 @@
+// Package fenceetcd is a fence driver on etcd v3: a FIFO queue of
+// contenders per key, each a key bound to a lease the driver keeps alive
+// (its session), whose create revision is the fencing token.
+//
+// The layout, under the driver's prefix ("fence" by default):
+//
+//	<prefix>/<escaped key>/<escaped owner>   value: {"owner":..., "meta":{...}}
+//
+// The escaped key contains no "/" (see below), so the entries of "a" and
+// of "a/b" are siblings and never nest. Every contender puts its entry
+// bound to its session lease; the holder is the entry with the smallest
+// create revision. The token is the holder entry's create revision: etcd's
+// revision counter is cluster-wide, persisted and never goes back, so it
+// grows across releases, expiries, leader changes and restarts.
+//
+//   - TryAcquire is one transaction: if no entry exists under the key, put
+//     ours; otherwise read the holder. It never leaves an entry behind.
+//   - Acquire (fence.BlockingAcquirer) puts its entry and reads the holder
+//     in one transaction; if it is not first, it watches only the entry
+//     just before its own (no thundering herd) until it is first. Waiters
+//     are served in the order they queued (FIFO). A cancelled wait deletes
+//     its entry.
+//   - Extend checks, in one transaction, that our entry still exists with
+//     our create revision, after making sure the session lease is known to
+//     live for at least the TTL; Release deletes the entry under the same
+//     comparison. Neither touches another owner's entry.
+//   - A lease is lost when its session lease expires or is revoked, or when
+//     its entry disappears (an operator deleted it): the claim reports it
+//     through fence.SessionClaim at once, from a watch on the entry and the
+//     session's keepalive, and Extend refuses.
+//
+// # Sessions
+//
+// The driver grants one etcd lease per distinct TTL (rounded up to whole
+// seconds), of 1.5 times that TTL, and keeps it alive with its own
+// keepalive every quarter of its TTL. It records, on this machine's
+// monotonic clock, a lower bound of when the lease can expire in etcd
+// (send time of the last successful keepalive plus the granted TTL). An
+// acquisition or renewal whose TTL would reach past that bound first
+// refreshes the session, so the store never frees a key while its holder's
+// local validity runs. If no keepalive succeeds before that bound, the
+// session is over: its holders lose their leases and its waiters stop
+// waiting with an error (never returning a lease taken after the session
+// ended, the bug of etcd#11456).
+//
+// Leases here are session-bound (fencetest.Config.SessionBound): a lease
+// whose holder stops renewing stays held in etcd while the holder's
+// process keeps its session, and a dead process's keys are freed when its
+// session lease expires, within 1.5 TTL.
+package fenceetcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/keyenc"
+)
+
+// DefaultPrefix is where the driver keeps its keys unless WithPrefix says
+// otherwise.
+const DefaultPrefix = "fence"
+
+// Driver is a fence.Driver on etcd. It is safe for concurrent use. Close
+// it when done: it revokes the driver's sessions, which frees every key it
+// still holds or waits for.
+type Driver struct {
+	cli  *clientv3.Client
+	root string // prefix + "/"
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // session and claim goroutines
+
+	mu       sync.Mutex
+	sessions map[int64]*session // by requested TTL in seconds
+	closed   bool
+}
+
+var (
+	_ fence.Driver           = (*Driver)(nil)
+	_ fence.BlockingAcquirer = (*Driver)(nil)
+	_ fence.Inspector        = (*Driver)(nil)
+	_ fence.Lister           = (*Driver)(nil)
+	_ fence.SessionClaim     = (*claim)(nil)
+)
+
+// Option configures a Driver.
+type Option func(*Driver)
+
+// WithPrefix sets the etcd key prefix under which the driver keeps its
+// queues. Default DefaultPrefix ("fence"). Drivers that share a prefix
+// share locks.
+func WithPrefix(prefix string) Option {
+	return func(d *Driver) { d.root = strings.TrimSuffix(prefix, "/") + "/" }
+}
+
+// New returns a Driver over cli. The caller keeps ownership of cli and
+// closes it after the Driver.
+func New(cli *clientv3.Client, opts ...Option) *Driver {
+	d := &Driver{cli: cli, root: DefaultPrefix + "/", sessions: make(map[int64]*session)}
+	for _, o := range opts {
+		o(d)
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	return d
+}
+
+// Close ends the driver's sessions (revoking their leases, so the keys it
+// held or waited for are freed at once) and stops its goroutines. It does
+// not close the etcd client.
+func (d *Driver) Close() error {
+	d.cancel() // first: it ends a grant in progress, which holds d.mu
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.wg.Wait()
+	return nil
+}
+
+// Prefix returns the etcd key prefix, with its trailing slash.
+func (d *Driver) Prefix() string { return d.root }
+
+// names escapes keys and owners into etcd key segments without "/".
+var names = keyenc.Alphabet{Escape: '%', Keep: func(b byte) bool { return b > 0x20 && b < 0x7f && b != '/' }}
+
+// dir returns the prefix of key's queue entries, ending in "/".
+func (d *Driver) dir(key string) string { return d.root + names.Encode(key) + "/" }
+
+// Dir returns the etcd key prefix under which key's queue entries live
+// (etcdctl get --prefix shows the queue; the first by create revision
+// holds the lock).
+func (d *Driver) Dir(key string) string { return d.dir(key) }
+
+// entry is one contender's queue entry, as stored.
+type entry struct {
+	Owner string            `json:"owner"`
+	Meta  map[string]string `json:"meta,omitempty"`
+}
+
+// holder describes the first of kvs, the holder's entry.
+func holder(key string, kvs []*mvccpb.KeyValue) (fence.Holder, bool) {
+	if len(kvs) == 0 {
+		return fence.Holder{}, false
+	}
+	h := fence.Holder{Key: key, Token: kvs[0].CreateRevision}
+	var e entry
+	if json.Unmarshal(kvs[0].Value, &e) == nil {
+		h.Owner, h.Meta = e.Owner, e.Meta
+	}
+	return h, true
+}
+
+// sessionTTL is the session lease TTL, in seconds, for leases of ttl: half
+// as long again, so that the background keepalive (every quarter of it)
+// keeps the session alive for at least ttl ahead without a round trip at
+// acquire time.
+func sessionTTL(ttl time.Duration) int64 {
+	return max(1, int64((ttl*3/2+time.Second-1)/time.Second))
+}
+
+// TryAcquire implements fence.Driver: one transaction that puts this
+// owner's entry only if the key has none, and otherwise reads the holder.
+func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := d.tryAcquire(ctx, req)
+	if errors.Is(err, errSessionGone) {
+		c, err = d.tryAcquire(ctx, req) // once more, on a new session
+	}
+	return c, err
+}
+
+func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	s, err := d.session(ctx, req.TTL)
+	if err != nil {
+		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+	}
+	dir, name, val := d.dir(req.Key), d.dir(req.Key)+names.Encode(req.Owner), encodeEntry(req)
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(name, val, clientv3.WithLease(s.id))).
+		Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		// The put may have been applied though the reply was lost.
+		d.abandon(s, name)
+		return nil, d.opError(s, "acquire", req.Key, err)
+	}
+	if !resp.Succeeded {
+		held := &fence.HeldError{Key: req.Key}
+		if h, ok := holder(req.Key, resp.Responses[0].GetResponseRange().Kvs); ok {
+			held.Holder = &h
+		}
+		return nil, held
+	}
+	return d.newClaim(s, req.Key, name, resp.Header.Revision), nil
+}
+
+// Acquire implements fence.BlockingAcquirer: it queues this owner's entry
+// and waits, watching only its predecessor, until it is first.
+func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	s, err := d.session(ctx, req.TTL)
+	if err != nil {
+		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+	}
+	dir, name, val := d.dir(req.Key), d.dir(req.Key)+names.Encode(req.Owner), encodeEntry(req)
+	resp, err := d.cli.Txn(ctx).
+		Then(clientv3.OpPut(name, val, clientv3.WithLease(s.id)),
+			clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		d.abandon(s, name)
+		return nil, d.opError(s, "acquire", req.Key, err)
+	}
+	rev := resp.Header.Revision
+	first := resp.Responses[1].GetResponseRange().Kvs
+	if len(first) == 0 || first[0].CreateRevision != rev {
+		if err := d.waitTurn(ctx, s, dir, name, rev); err != nil {
+			d.abandon(s, name)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+		}
+	}
+	return d.newClaim(s, req.Key, name, rev), nil
+}
+
+var (
+	errSessionGone = errors.New("fenceetcd: session lease expired or revoked")
+	errEntryGone   = errors.New("fenceetcd: queue entry deleted while waiting")
+)
+
+// waitTurn returns once the entry name, created at rev, is the first under
+// dir. It watches the entry created just before it for deletion, again
+// and again, and fails if the session ends or the entry itself vanishes.
+func (d *Driver) waitTurn(ctx context.Context, s *session, dir, name string, rev int64) error {
+	for {
+		resp, err := d.cli.Txn(ctx).
+			Then(clientv3.OpGet(name),
+				clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)).
+			Commit()
+		if err != nil {
+			return err
+		}
+		if mine := resp.Responses[0].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
+			if err := s.err(); err != nil {
+				return err
+			}
+			return errEntryGone
+		}
+		pred := resp.Responses[1].GetResponseRange().Kvs
+		if len(pred) == 0 {
+			return s.err() // first, unless the session ended meanwhile
+		}
+		if err := d.waitDeleted(ctx, s, string(pred[0].Key), resp.Header.Revision+1); err != nil {
+			return err
+		}
+	}
+}
+
+// waitDeleted waits until key is deleted at or after revision from, or the
+// watch breaks (the caller looks again).
+func (d *Driver) waitDeleted(ctx context.Context, s *session, key string, from int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := d.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return s.err()
+		case <-d.ctx.Done():
+			return errClosed
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return nil // look again
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+var errClosed = errors.New("fenceetcd: driver closed")
+
+// abandon deletes a queue entry this driver may have put (a cancelled
+// wait, an acquire whose reply was lost). The entry's name is unique to one
+// acquisition, so the delete touches nothing else. If etcd cannot be
+// reached to delete it, the session stops being kept alive, so that the
+// entry expires with it instead of standing in the queue for ever; leases
+// held on the same session are then lost, loudly.
+func (d *Driver) abandon(s *session, name string) {
+	ctx, cancel := context.WithTimeout(d.ctx, s.ttl)
+	defer cancel()
+	if _, err := d.cli.Delete(ctx, name); err != nil {
+		s.end(fmt.Errorf("fenceetcd: could not delete abandoned queue entry %s: %w", name, err))
+	}
+}
+
+// opError wraps a failed etcd call; a missing lease means the session is
+// over.
+func (d *Driver) opError(s *session, op, key string, err error) error {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		s.end(errSessionGone)
+		err = errSessionGone
+	}
+	return fmt.Errorf("fenceetcd: %s %q: %w", op, key, err)
+}
+
+// Inspect implements fence.Inspector. Leases here end with their session,
+// so Holder.ExpiresIn is 0.
+func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+	resp, err := d.cli.Get(ctx, d.dir(key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
+	}
+	h, ok := holder(key, resp.Kvs)
+	if !ok {
+		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+	}
+	return h, nil
+}
+
+// List implements fence.Lister. It reads every queue entry under prefix in
+// one range request.
+func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+	resp, err := d.cli.Get(ctx, d.root+names.Encode(prefix),
+		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("fenceetcd: list %q: %w", prefix, err)
+	}
+	var hs []fence.Holder
+	seen := make(map[string]bool)
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), d.root)
+		i := strings.IndexByte(rest, '/')
+		if i < 0 || seen[rest[:i]] {
+			continue // not ours, or a waiter behind the holder
+		}
+		seen[rest[:i]] = true
+		key, err := names.Decode(rest[:i])
+		if err != nil {
+			continue
+		}
+		h, _ := holder(key, []*mvccpb.KeyValue{kv})
+		hs = append(hs, h)
+	}
+	slices.SortFunc(hs, func(a, b fence.Holder) int { return strings.Compare(a.Key, b.Key) })
+	return hs, nil
+}
+
+func encodeEntry(req fence.Request) string {
+	b, _ := json.Marshal(entry{Owner: req.Owner, Meta: req.Meta})
+	return string(b)
+}

@@ -1,0 +1,110 @@
+package fenceetcd_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fenceetcd"
+	"github.com/fencing/fence/fencetest"
+	"github.com/fencing/fence/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("FENCETEST_WORKER") != "" {
+		// A contender process of the conformance suite: the suite's own
+		// goroutine reading its standard input lives until the process
+		// ends, so goleak would fail every worker.
+		os.Exit(m.Run())
+	}
+	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
+}
+
+// ttl is the lease TTL of the tests: etcd's smallest lease TTL is a few
+// seconds (1.5 election timeouts, 2s by default) and sessions last 1.5 TTL.
+const ttl = 2 * time.Second
+
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("clientv3.New(%v): %v", endpoints, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// open is fencetest's Open: connect is the endpoints, comma-separated.
+func open(connect string) (fence.Driver, func() error, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(connect, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, nil, err
+	}
+	d := fenceetcd.New(cli)
+	return d, func() error { return errorsJoin(d.Close(), cli.Close()) }, nil
+}
+
+func errorsJoin(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// conformanceStore is the fencetest.Store over the etcd at endpoints.
+func conformanceStore(t *testing.T, endpoints []string) fencetest.Store {
+	cli := newClient(t, endpoints)
+	d := fenceetcd.New(cli) // for its key layout only
+	t.Cleanup(func() { d.Close() })
+	return fencetest.Store{
+		Connect: strings.Join(endpoints, ","),
+		Delete: func(ctx context.Context, key string) error {
+			resp, err := cli.Get(ctx, d.Dir(key), clientv3.WithFirstCreate()...)
+			if err != nil || len(resp.Kvs) == 0 {
+				return err
+			}
+			_, err = cli.Delete(ctx, string(resp.Kvs[0].Key))
+			return err
+		},
+		Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
+			resp, err := cli.Get(ctx, strings.TrimSuffix(d.Dir(prefix), "/"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				return nil, err
+			}
+			var left []string
+			for _, kv := range resp.Kvs {
+				left = append(left, string(kv.Key))
+			}
+			return left, nil
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL:          ttl,
+		SessionBound: true,
+		Setup: func(t *testing.T) fencetest.Store {
+			return conformanceStore(t, testserver.Etcd(t).Endpoints())
+		},
+		Open: open,
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL:          ttl,
+		SessionBound: true,
+		Setup: func(t *testing.T) fencetest.Store {
+			return conformanceStore(t, testserver.EtcdCluster(t, 3).Endpoints())
+		},
+		Open: open,
+	})
+}

@@ -1,0 +1,166 @@
+package fenceetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// session is one etcd lease that the driver keeps alive and binds queue
+// entries to.
+type session struct {
+	d   *Driver
+	key int64 // its entry in d.sessions
+	id  clientv3.LeaseID
+	ttl time.Duration // as granted
+
+	mu    sync.Mutex
+	until time.Time // the lease lives in etcd at least until then (monotonic)
+	cause error     // why it ended; nil while it lives
+	done  chan struct{}
+}
+
+// session returns a live session for leases of ttl whose lease is known to
+// live for at least ttl from now, granting one if needed.
+func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
+	s, err := d.sessionFor(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ensure(ctx, ttl); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (d *Driver) sessionFor(ctx context.Context, ttl time.Duration) (*session, error) {
+	k := sessionTTL(ttl)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errClosed
+	}
+	if s := d.sessions[k]; s != nil && s.err() == nil {
+		return s, nil
+	}
+	// The grant holds d.mu: let Close end it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(d.ctx, cancel)()
+	sent := time.Now()
+	resp, err := d.cli.Grant(ctx, k)
+	if err != nil {
+		return nil, fmt.Errorf("grant session lease: %w", err)
+	}
+	granted := time.Duration(resp.TTL) * time.Second
+	s := &session{d: d, key: k, id: resp.ID, ttl: granted, until: sent.Add(granted), done: make(chan struct{})}
+	d.sessions[k] = s
+	d.wg.Add(1)
+	go s.keep()
+	return s, nil
+}
+
+// err returns why the session ended, or nil while it lives.
+func (s *session) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cause
+}
+
+func (s *session) liveUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.until
+}
+
+// end ends the session with cause, once.
+func (s *session) end(cause error) {
+	s.mu.Lock()
+	if s.cause != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.cause = cause
+	close(s.done)
+	s.mu.Unlock()
+	s.d.mu.Lock()
+	if s.d.sessions[s.key] == s {
+		delete(s.d.sessions, s.key)
+	}
+	s.d.mu.Unlock()
+}
+
+// ensure makes sure the lease lives for at least ttl from now, refreshing
+// it first if the last keepalive does not reach that far.
+func (s *session) ensure(ctx context.Context, ttl time.Duration) error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	if time.Until(s.liveUntil()) >= ttl {
+		return nil
+	}
+	return s.refresh(ctx)
+}
+
+// refresh sends one keepalive and moves until to its send time plus the
+// TTL etcd answered with. It gives up when until passes: by then the lease
+// may have expired in etcd.
+func (s *session) refresh(ctx context.Context) error {
+	ctx, cancel := context.WithDeadline(ctx, s.liveUntil())
+	defer cancel()
+	sent := time.Now()
+	resp, err := s.d.cli.KeepAliveOnce(ctx, s.id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		s.end(errSessionGone)
+		return errSessionGone
+	}
+	if err != nil {
+		if !time.Now().Before(s.liveUntil()) {
+			err = fmt.Errorf("%w: no keepalive answered within its TTL (%v)", errSessionGone, err)
+			s.end(err)
+		}
+		return err
+	}
+	s.mu.Lock()
+	if until := sent.Add(time.Duration(resp.TTL) * time.Second); until.After(s.until) {
+		s.until = until
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// keep refreshes the session every quarter of its TTL until it ends or the
+// driver closes, then revokes its lease so that its entries go at once.
+func (s *session) keep() {
+	defer s.d.wg.Done()
+	interval := s.ttl / 4
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for s.err() == nil {
+		select {
+		case <-s.d.ctx.Done():
+			s.end(errClosed)
+			continue
+		case <-s.done:
+			continue
+		case <-timer.C:
+		}
+		if err := s.refresh(s.d.ctx); err == nil {
+			timer.Reset(interval)
+		} else {
+			// Retry sooner, a few times before the lease could expire.
+			timer.Reset(max(10*time.Millisecond, min(interval, time.Until(s.liveUntil())/4)))
+		}
+	}
+	if s.err() == errSessionGone {
+		return // etcd said the lease is gone
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(s.ttl, 5*time.Second))
+	defer cancel()
+	_, _ = s.d.cli.Revoke(ctx, s.id)
+}

@@ -1,0 +1,160 @@
+package fencenats_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencenats"
+	"github.com/fencing/fence/fencetest"
+	"github.com/fencing/fence/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("FENCETEST_WORKER") != "" {
+		// A contender process of the conformance suite: the suite's own
+		// goroutine reading its standard input lives until the process
+		// ends, so goleak would fail every worker.
+		os.Exit(m.Run())
+	}
+	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
+}
+
+// ttl is the tests' lease TTL; per-message TTLs have a granularity of one
+// second.
+const ttl = 2 * time.Second
+
+// startNATS starts a private nats-server with JetStream; per-key TTLs need
+// 2.11 or newer.
+func startNATS(t *testing.T) *testserver.NATSServer {
+	t.Helper()
+	srv := testserver.NATS(t)
+	if !srv.AtLeast("2.11") {
+		t.Fatalf("nats-server %s is too old for per-message TTLs (need 2.11)", srv.Version())
+	}
+	return srv
+}
+
+func connect(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// Connect strings are "url|bucket" or "url|bucket|maxage" for a bucket
+// that expires keys by its max age.
+func open(connect string) (fence.Driver, func() error, error) {
+	parts := strings.Split(connect, "|")
+	var opts []fencenats.Option
+	if len(parts) > 2 {
+		opts = append(opts, fencenats.WithBucketMaxAge(ttl))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := fencenats.Dial(ctx, parts[0], parts[1], opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, d.Close, nil
+}
+
+func conformanceStore(t *testing.T, connect string) fencetest.Store {
+	parts := strings.Split(connect, "|")
+	drv, closeDrv, err := open(connect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeDrv() })
+	d := drv.(*fencenats.Driver)
+	kv := d.KeyValue()
+	return fencetest.Store{
+		Connect: connect,
+		Delete: func(ctx context.Context, key string) error {
+			// As an operator would: nats kv del.
+			return kv.Delete(ctx, d.Name(key))
+		},
+		// Every subject of the bucket that still has a message, but the
+		// delete markers Store.Delete leaves (an operator's business).
+		Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
+			st, err := kv.Status(ctx)
+			if err != nil {
+				return nil, err
+			}
+			name := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Name
+			js := connectJS(t, parts[0])
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+parts[1]+"."+d.Name(prefix)+">"))
+			if err != nil {
+				return nil, err
+			}
+			_ = info
+			return leftovers(ctx, kv, d, prefix, s)
+		},
+	}
+}
+
+func connectJS(t *testing.T, url string) jetstream.JetStream { return connect(t, url) }
+
+// leftovers lists the subjects under prefix whose last message is not an
+// operator's delete marker.
+func leftovers(ctx context.Context, kv jetstream.KeyValue, d *fencenats.Driver, prefix string, s jetstream.Stream) ([]string, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+kv.Bucket()+".>"))
+	if err != nil {
+		return nil, err
+	}
+	enc := d.Name(prefix)
+	var left []string
+	for subj := range info.State.Subjects {
+		name := strings.TrimPrefix(subj, "$KV."+kv.Bucket()+".")
+		if !strings.HasPrefix(name, enc) {
+			continue
+		}
+		e, err := kv.Get(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyDeleted) && e.Operation() == jetstream.KeyValueDelete {
+			continue
+		}
+		left = append(left, subj)
+	}
+	return left, nil
+}
+
+func TestConformance(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL: ttl,
+		Setup: func(t *testing.T) fencetest.Store {
+			return conformanceStore(t, startNATS(t).URL()+"|fencetest")
+		},
+		Open: open,
+	})
+}
+
+// TestConformanceMaxAge runs the suite on a bucket that expires keys by its
+// max age, as on servers older than 2.11.
+func TestConformanceMaxAge(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL: ttl,
+		Setup: func(t *testing.T) fencetest.Store {
+			return conformanceStore(t, startNATS(t).URL()+"|fencetest|maxage")
+		},
+		Open: open,
+	})
+}

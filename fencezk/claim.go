@@ -1,0 +1,121 @@
+package fencezk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencing/fence"
+)
+
+// claim is one granted lease: the holder's ephemeral znode.
+type claim struct {
+	d     *Driver
+	key   string
+	path  string
+	czxid int64
+	sid   int64 // the session that created the znode
+	lost  chan error
+	stop  context.CancelFunc // ends the watch
+}
+
+func (d *Driver) newClaim(key, path string, czxid int64) *claim {
+	ctx, cancel := context.WithCancel(d.ctx)
+	c := &claim{d: d, key: key, path: path, czxid: czxid, sid: d.conn.SessionID(), lost: make(chan error, 1), stop: cancel}
+	d.wg.Go(func() { c.watch(ctx) })
+	return c
+}
+
+// Token implements fence.Claim: the znode's czxid.
+func (c *claim) Token() int64 { return c.czxid }
+
+// Lost implements fence.SessionClaim.
+func (c *claim) Lost() <-chan error { return c.lost }
+
+// watch reports the loss of the lease as soon as ZooKeeper tells: the
+// znode is deleted, or the session expires. A dropped connection is not a
+// loss: ZooKeeper restores the watch when the client reconnects within the
+// session timeout, and reports a deletion that happened meanwhile.
+func (c *claim) watch(ctx context.Context) {
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	<-retry.C
+	for {
+		exists, _, ch, err := c.d.conn.ExistsW(c.path)
+		switch {
+		case errors.Is(err, zk.ErrSessionExpired):
+			c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, err))
+			return
+		case errors.Is(err, zk.ErrClosing):
+			return // the connection was closed: Extend reports it
+		case err != nil:
+			// No connection now: set the watch again once there is one.
+			retry.Reset(time.Second)
+			select {
+			case <-ctx.Done():
+				return
+			case <-retry.C:
+			}
+			continue
+		case !exists && c.d.conn.SessionID() != c.sid:
+			// The watch was not set yet when the session expired.
+			c.lose(fmt.Errorf("%w: %q: znode %s is gone: %w", fence.ErrNotHeld, c.key, c.path, zk.ErrSessionExpired))
+			return
+		case !exists:
+			c.lose(fmt.Errorf("%w: %q: znode %s is gone", fence.ErrNotHeld, c.key, c.path))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-ch:
+			switch {
+			case ev.Type == zk.EventNodeDeleted:
+				c.lose(fmt.Errorf("%w: %q: znode %s was deleted", fence.ErrNotHeld, c.key, c.path))
+				return
+			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
+				c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, ev.Err))
+				return
+			case ev.Type == zk.EventNotWatching:
+				return // closing
+			}
+		}
+	}
+}
+
+func (c *claim) lose(err error) {
+	select {
+	case c.lost <- err:
+	default:
+	}
+}
+
+// Extend implements fence.Claim: one multi-operation checking that the
+// znode still exists, through the leader, within this session.
+func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
+	err := c.d.check(ctx, c.path)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrSessionExpired):
+		c.stop()
+		return fmt.Errorf("%w: %q: znode %s: %w", fence.ErrNotHeld, c.key, c.path, err)
+	}
+	return fmt.Errorf("fencezk: extend %q: %w", c.key, err)
+}
+
+// Release implements fence.Claim: it deletes the znode.
+func (c *claim) Release(ctx context.Context) error {
+	defer c.stop()
+	err := c.d.await(ctx, func() error { return c.d.conn.Delete(c.path, 0) }, nil)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrSessionExpired):
+		return fmt.Errorf("%w: %q: znode %s: %w", fence.ErrNotHeld, c.key, c.path, err)
+	}
+	return fmt.Errorf("fencezk: release %q: %w", c.key, err)
+}

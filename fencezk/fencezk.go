@@ -1,0 +1,551 @@
+// Package fencezk is a fence driver on Apache ZooKeeper: a FIFO queue of
+// ephemeral sequential znodes per key, whose holder's czxid is the fencing
+// token.
+//
+// The layout, under the driver's root ("/fence" by default):
+//
+//	<root>/<escaped key>                      a container znode, one per key
+//	<root>/<escaped key>/n<escaped owner>-<10-digit sequence>
+//	                                          ephemeral sequential, data {"owner":..., "meta":{...}}
+//
+// The escaped key is a single valid znode name (no "/", no "." or ".."
+// name, only printable ASCII), so the queues of "a" and "a/b" are siblings
+// and never nest. The holder is the child with the lowest sequence; the
+// token is its czxid, the ZooKeeper transaction id that created it: zxids
+// are cluster-wide, persisted and grow across leader elections (the epoch
+// is their high half), so tokens grow across releases, expiries, failovers
+// and restarts, also when a key's container is removed and created again.
+//
+//   - Enqueuing is one multi-operation: create our ephemeral sequential
+//     child and touch the key's znode; the touched znode's stat gives, in
+//     the same round trip, our czxid (its mzxid: both changes share one
+//     zxid) and its number of children. With one child we hold the key:
+//     the uncontended acquire is one round trip.
+//   - TryAcquire that finds others deletes its child again and reports the
+//     holder: it never leaves a queue entry behind.
+//   - Acquire (fence.BlockingAcquirer) waits by watching only the child just
+//     before its own (no thundering herd); waiters are served in the order
+//     they queued (FIFO). A cancelled wait deletes its child.
+//   - Extend is a one-operation multi that checks our child still exists
+//     (version 0): it goes through the leader, so it is linearizable, and
+//     it succeeds only while our session lives. Release deletes our child.
+//   - A lease is lost when its znode is deleted (an operator, or the
+//     session's expiry) or when the session expires: a watch on the
+//     holder's znode reports both at once through fence.SessionClaim.
+//
+// # Sessions and connection blips
+//
+// Ephemeral znodes live as long as the ZooKeeper session that created them.
+// A connection that drops and reconnects (to the same or another server)
+// within the session timeout keeps the session, its znodes and its watches:
+// that is not a loss, and renewals that failed during the blip are retried
+// by fence until its local validity ends. When the session expires, the
+// server deletes the znodes, and the client learns of it when it
+// reconnects: that is a loss. A client that cannot reach any server learns
+// nothing; its leases then end when their local validity runs out, which is
+// never after the server could expire the session, because the driver
+// refuses TTLs longer than the session timeout.
+//
+// Leases here are session-bound (fencetest.Config.SessionBound): a holder
+// that stops renewing keeps the key while its session lives; a dead
+// process's keys are freed when its session expires.
+//
+// Empty key znodes are containers (ZooKeeper 3.5.3 or newer): the server
+// deletes them once their last child is gone (every minute by default,
+// znode.container.checkIntervalMs), so keys do not pile up.
+package fencezk
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/keyenc"
+)
+
+// DefaultRoot is the znode under which the driver keeps its queues unless
+// WithRoot says otherwise.
+const DefaultRoot = "/fence"
+
+// Driver is a fence.Driver on ZooKeeper. It is safe for concurrent use.
+type Driver struct {
+	conn           *zk.Conn
+	ownConn        bool
+	sessionTimeout time.Duration
+	granted        *atomic.Int64 // ms, as the server granted it (Dial only)
+	root           string
+	acl            []zk.ACL
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // claim watches and calls still in flight
+}
+
+var (
+	_ fence.Driver           = (*Driver)(nil)
+	_ fence.BlockingAcquirer = (*Driver)(nil)
+	_ fence.Inspector        = (*Driver)(nil)
+	_ fence.Lister           = (*Driver)(nil)
+	_ fence.SessionClaim     = (*claim)(nil)
+)
+
+// Option configures a Driver.
+type Option func(*Driver)
+
+// WithRoot sets the znode under which the driver keeps its queues, like a
+// chroot: "/myapp/locks". Default DefaultRoot ("/fence"). It and its
+// ancestors are created as persistent znodes when first needed. Drivers
+// that share a root share locks.
+func WithRoot(root string) Option {
+	return func(d *Driver) { d.root = "/" + strings.Trim(root, "/") }
+}
+
+// WithACL sets the ACL of the znodes the driver creates. Default
+// zk.WorldACL(zk.PermAll).
+func WithACL(acl []zk.ACL) Option {
+	return func(d *Driver) { d.acl = acl }
+}
+
+// New returns a Driver over conn, which the caller keeps and closes after
+// the Driver. sessionTimeout must be the session timeout the server
+// granted conn (the one given to zk.Connect, if the server's
+// minSessionTimeout and maxSessionTimeout allow it): the driver refuses
+// lease TTLs longer than it, so that the server can never expire the
+// session while a lease is still valid locally.
+func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Driver {
+	d := &Driver{conn: conn, sessionTimeout: sessionTimeout, root: DefaultRoot, acl: zk.WorldACL(zk.PermAll)}
+	for _, o := range opts {
+		o(d)
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	return d
+}
+
+// Dial connects to the ZooKeeper ensemble at servers ("host:port") with a
+// session of sessionTimeout, waits (at most sessionTimeout) until the
+// session is established, and returns a Driver that owns the connection:
+// Close closes it, which ends the session and frees every key the driver
+// held or waited for at once. The connection logs nothing.
+//
+// The server may grant a shorter session timeout than asked (it clamps it
+// to its minSessionTimeout and maxSessionTimeout); the driver then refuses
+// lease TTLs longer than the granted one.
+func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
+	g := &grantWatch{ready: make(chan struct{})}
+	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g))
+	if err != nil {
+		return nil, fmt.Errorf("fencezk: connect %v: %w", servers, err)
+	}
+	select {
+	case <-g.ready:
+	case <-time.After(sessionTimeout):
+		conn.Close()
+		return nil, fmt.Errorf("fencezk: connect %v: no session within %v", servers, sessionTimeout)
+	}
+	d := New(conn, sessionTimeout, opts...)
+	d.ownConn = true
+	d.granted = &g.ms
+	return d, nil
+}
+
+// grantWatch is the connection's logger: it discards everything but learns
+// the session timeout the server granted, which go-zookeeper only logs.
+type grantWatch struct {
+	ms    atomic.Int64
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (g *grantWatch) Printf(format string, args ...any) {
+	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
+		if ms, ok := args[1].(int32); ok {
+			g.ms.Store(int64(ms))
+			g.once.Do(func() { close(g.ready) })
+		}
+	}
+}
+
+// sessionLimit is the longest TTL the driver grants: the session timeout
+// asked for, or the one the server granted if shorter and known.
+func (d *Driver) sessionLimit() time.Duration {
+	if d.granted != nil {
+		if ms := d.granted.Load(); ms > 0 {
+			return min(d.sessionTimeout, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	return d.sessionTimeout
+}
+
+// Close stops the driver's watches and, if the driver owns its connection
+// (Dial), closes it.
+func (d *Driver) Close() error {
+	d.cancel()
+	if d.ownConn {
+		d.conn.Close()
+	}
+	d.wg.Wait()
+	return nil
+}
+
+// Conn returns the driver's ZooKeeper connection.
+func (d *Driver) Conn() *zk.Conn { return d.conn }
+
+// names escapes keys and owners into znode names: printable ASCII but "/",
+// "." and the escape byte, so no name is "." or "..".
+var names = keyenc.Alphabet{Escape: '%', Keep: func(b byte) bool {
+	return b > 0x20 && b < 0x7f && b != '/' && b != '.'
+}}
+
+// KeyPath returns the znode under which key's queue lives.
+func (d *Driver) KeyPath(key string) string { return d.root + "/" + names.Encode(key) }
+
+// seqLen is the length of the sequence ZooKeeper appends to sequential
+// znode names.
+const seqLen = 10
+
+// child is one queue entry.
+type child struct {
+	name string
+	seq  int64
+}
+
+func parseChild(name string) (child, bool) {
+	if len(name) < seqLen+2 || name[0] != 'n' || name[len(name)-seqLen-1] != '-' {
+		return child{}, false
+	}
+	seq, err := strconv.ParseInt(name[len(name)-seqLen:], 10, 64)
+	return child{name, seq}, err == nil
+}
+
+// queue returns the entries of a key's queue, lowest sequence first.
+func queue(names []string) []child {
+	q := make([]child, 0, len(names))
+	for _, n := range names {
+		if c, ok := parseChild(n); ok {
+			q = append(q, c)
+		}
+	}
+	slices.SortFunc(q, func(a, b child) int { return cmp.Compare(a.seq, b.seq) })
+	return q
+}
+
+// entry is the data of a queue entry.
+type entry struct {
+	Owner string            `json:"owner"`
+	Meta  map[string]string `json:"meta,omitempty"`
+}
+
+func (d *Driver) checkTTL(req fence.Request) error {
+	if limit := d.sessionLimit(); req.TTL > limit {
+		return fmt.Errorf("%w: %v for key %q is longer than the ZooKeeper session timeout %v: the session could expire while the lease is valid",
+			fence.ErrInvalidTTL, req.TTL, req.Key, limit)
+	}
+	return nil
+}
+
+// TryAcquire implements fence.Driver.
+func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.checkTTL(req); err != nil {
+		return nil, err
+	}
+	path, zxid, alone, err := d.enqueue(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
+	}
+	if alone {
+		return d.newClaim(req.Key, path, zxid), nil
+	}
+	d.abandon(path)
+	held := &fence.HeldError{Key: req.Key}
+	if h, err := d.Inspect(ctx, req.Key); err == nil {
+		held.Holder = &h
+	}
+	return nil, held
+}
+
+// Acquire implements fence.BlockingAcquirer.
+func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.checkTTL(req); err != nil {
+		return nil, err
+	}
+	path, zxid, alone, err := d.enqueue(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
+	}
+	if !alone {
+		if err := d.waitTurn(ctx, path); err != nil {
+			d.abandon(path)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
+		}
+	}
+	return d.newClaim(req.Key, path, zxid), nil
+}
+
+// enqueue creates this acquisition's ephemeral sequential child under the
+// key's znode and touches that znode, in one multi-operation, creating the
+// key's container (and the root) first if missing. It returns the child's
+// path, its czxid, and whether it is the only child.
+func (d *Driver) enqueue(ctx context.Context, req fence.Request) (path string, czxid int64, alone bool, err error) {
+	data, _ := json.Marshal(entry{Owner: req.Owner, Meta: req.Meta})
+	parent := d.KeyPath(req.Key)
+	prefix := parent + "/n" + names.Encode(req.Owner) + "-"
+	// The key's container may be removed by the server between our
+	// creating it and our child: a few attempts.
+	for attempt := 0; ; attempt++ {
+		var resp []zk.MultiResponse
+		err = d.await(ctx, func() (err error) {
+			resp, err = d.conn.Multi(
+				&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+				&zk.SetDataRequest{Path: parent, Version: -1},
+			)
+			return err
+		}, func() { d.abandonPrefix(parent, prefix) })
+		if err == nil {
+			st := resp[1].Stat
+			return resp[0].String, st.Mzxid, st.NumChildren == 1, nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) || attempt == 3 {
+			if errors.Is(err, zk.ErrConnectionClosed) {
+				// The create may have been applied.
+				d.abandonPrefix(parent, prefix)
+			}
+			return "", 0, false, err
+		}
+		if err := d.makeContainer(ctx, parent); err != nil {
+			return "", 0, false, err
+		}
+	}
+}
+
+// makeContainer creates the container znode path, and the root's persistent
+// znodes if they are missing.
+func (d *Driver) makeContainer(ctx context.Context, path string) error {
+	err := d.await(ctx, func() error {
+		_, err := d.conn.CreateContainer(path, nil, zk.FlagContainer, d.acl)
+		return err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := d.makeRoot(ctx); err != nil {
+			return err
+		}
+		return d.makeContainer(ctx, path)
+	}
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return err
+}
+
+func (d *Driver) makeRoot(ctx context.Context) error {
+	parts := strings.Split(strings.Trim(d.root, "/"), "/")
+	for i := range parts {
+		p := "/" + strings.Join(parts[:i+1], "/")
+		err := d.await(ctx, func() error {
+			_, err := d.conn.Create(p, nil, 0, d.acl)
+			return err
+		}, nil)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create root %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+var errEntryGone = errors.New("fencezk: queue entry vanished while waiting (session expired or znode deleted)")
+
+// waitTurn returns once path is the lowest child of its key's znode,
+// watching only its predecessor, and confirms through the leader that it
+// still exists.
+func (d *Driver) waitTurn(ctx context.Context, path string) error {
+	parent, name := path[:strings.LastIndexByte(path, '/')], path[strings.LastIndexByte(path, '/')+1:]
+	for {
+		var kids []string
+		if err := d.await(ctx, func() (err error) {
+			kids, _, err = d.conn.Children(parent)
+			return err
+		}, nil); err != nil {
+			return err
+		}
+		q := queue(kids)
+		i := slices.IndexFunc(q, func(c child) bool { return c.name == name })
+		if i < 0 {
+			return errEntryGone
+		}
+		if i == 0 {
+			break
+		}
+		pred := parent + "/" + q[i-1].name
+		var (
+			exists bool
+			ch     <-chan zk.Event
+		)
+		if err := d.await(ctx, func() (err error) {
+			exists, _, ch, err = d.conn.ExistsW(pred)
+			return err
+		}, nil); err != nil {
+			return err
+		}
+		if !exists {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.ctx.Done():
+			return errClosed
+		case ev := <-ch:
+			if ev.Type == zk.EventNotWatching {
+				return fmt.Errorf("%w: %w", errEntryGone, ev.Err)
+			}
+		}
+	}
+	// Reads may come from a follower; make sure, through the leader, that
+	// our entry and session still live before granting.
+	return d.check(ctx, path)
+}
+
+var errClosed = errors.New("fencezk: driver closed")
+
+// check succeeds if path exists, through the leader (a multi with one
+// version check), which also proves the session alive.
+func (d *Driver) check(ctx context.Context, path string) error {
+	return d.await(ctx, func() error {
+		_, err := d.conn.Multi(&zk.CheckVersionRequest{Path: path, Version: 0})
+		return err
+	}, nil)
+}
+
+// abandon deletes a queue entry this driver created (a TryAcquire that
+// found others, a cancelled or failed wait) before the call returns. Its
+// name is unique to one acquisition, so the delete touches nothing else.
+// If it fails (no connection), the entry still goes when the session ends.
+func (d *Driver) abandon(path string) {
+	_ = d.conn.Delete(path, -1)
+}
+
+// abandonPrefix deletes the entry whose name starts with prefix, for a
+// create whose outcome is unknown.
+func (d *Driver) abandonPrefix(parent, prefix string) {
+	d.wg.Go(func() {
+		kids, _, err := d.conn.Children(parent)
+		if err != nil {
+			return
+		}
+		for _, k := range kids {
+			if p := parent + "/" + k; strings.HasPrefix(p, prefix) {
+				_ = d.conn.Delete(p, -1)
+			}
+		}
+	})
+}
+
+// await runs fn, a ZooKeeper call that takes no context, and returns its
+// error, or ctx's if ctx ends first. In that case fn still completes in
+// the background, and late (if set) runs after it succeeds.
+func (d *Driver) await(ctx context.Context, fn func() error, late func()) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	d.wg.Go(func() { done <- fn() })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		if late != nil {
+			d.wg.Go(func() {
+				if <-done == nil {
+					late()
+				}
+			})
+		}
+		return ctx.Err()
+	}
+}
+
+// Inspect implements fence.Inspector. Leases here end with their session,
+// so Holder.ExpiresIn is 0.
+func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+	parent := d.KeyPath(key)
+	var kids []string
+	err := d.await(ctx, func() (err error) {
+		kids, _, err = d.conn.Children(parent)
+		return err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+	}
+	if err != nil {
+		return fence.Holder{}, fmt.Errorf("fencezk: inspect %q: %w", key, err)
+	}
+	for _, c := range queue(kids) {
+		var (
+			data []byte
+			st   *zk.Stat
+		)
+		err := d.await(ctx, func() (err error) {
+			data, st, err = d.conn.Get(parent + "/" + c.name)
+			return err
+		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // just left: the next one holds
+		}
+		if err != nil {
+			return fence.Holder{}, fmt.Errorf("fencezk: inspect %q: %w", key, err)
+		}
+		h := fence.Holder{Key: key, Token: st.Czxid}
+		var e entry
+		if json.Unmarshal(data, &e) == nil {
+			h.Owner, h.Meta = e.Owner, e.Meta
+		}
+		return h, nil
+	}
+	return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+}
+
+// List implements fence.Lister: it reads the root's children, then each
+// matching key's holder.
+func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+	var kids []string
+	err := d.await(ctx, func() (err error) {
+		kids, _, err = d.conn.Children(d.root)
+		return err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fencezk: list %q: %w", prefix, err)
+	}
+	var hs []fence.Holder
+	for _, k := range kids {
+		key, err := names.Decode(k)
+		if err != nil || !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		h, err := d.Inspect(ctx, key)
+		if errors.Is(err, fence.ErrNotHeld) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	slices.SortFunc(hs, func(a, b fence.Holder) int { return strings.Compare(a.Key, b.Key) })
+	return hs, nil
+}
