@@ -362,7 +362,7 @@ func (p *plan) spawn(s *slot) error {
 	}
 	wc := workerConfig{
 		ID:       id,
-		Store:    p.store.url(addrs),
+		Store:    p.store.url(addrs, p.cfg.TTL),
 		Register: p.reg.ClientURL(s.regProxy.Addr()),
 		RegKind:  p.cfg.Register,
 		NoGuard:  p.cfg.NoGuard,

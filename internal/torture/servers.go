@@ -32,7 +32,7 @@ func init() {
 		}
 		return &Store{
 			addrs:   []string{srv.Addr()},
-			url:     func(a []string) string { return "redis://" + a[0] },
+			url:     func(a []string, _ time.Duration) string { return "redis://" + a[0] },
 			restart: restartProcess(env, "redis-server", srv.Process),
 		}, nil
 	})
@@ -47,7 +47,7 @@ func init() {
 		}
 		return &Store{
 			addrs:   addrs,
-			url:     func(a []string) string { return "redlock://" + strings.Join(a, ",") },
+			url:     func(a []string, _ time.Duration) string { return "redlock://" + strings.Join(a, ",") },
 			restart: restartOneOf(env, "redis-server", srvs[0].Process, srvs[1].Process, srvs[2].Process),
 		}, nil
 	})
@@ -59,7 +59,7 @@ func init() {
 			}
 			return &Store{
 				addrs: []string{srv.Addr()},
-				url: func(a []string) string {
+				url: func(a []string, _ time.Duration) string {
 					return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable%s", a[0], srv.Database(), query)
 				},
 				restart: restartProcess(env, "postgres", srv.Process),
@@ -74,8 +74,10 @@ func init() {
 			return nil, err
 		}
 		return &Store{
-			addrs:   []string{srv.Addr()},
-			url:     func(a []string) string { return fmt.Sprintf("mysql://root@%s/%s", a[0], srv.Database()) },
+			addrs: []string{srv.Addr()},
+			url: func(a []string, _ time.Duration) string {
+				return fmt.Sprintf("mysql://root@%s/%s", a[0], srv.Database())
+			},
 			restart: restartProcess(env, "mariadbd", srv.Process),
 		}, nil
 	})
@@ -86,7 +88,7 @@ func init() {
 		}
 		return &Store{
 			addrs:   []string{srv.Addr()},
-			url:     func(a []string) string { return "etcd://" + a[0] },
+			url:     func(a []string, _ time.Duration) string { return "etcd://" + a[0] },
 			restart: restartProcess(env, "etcd", srv.Process),
 		}, nil
 	})
@@ -96,8 +98,12 @@ func init() {
 			return nil, err
 		}
 		return &Store{
-			addrs:   []string{srv.Addr()},
-			url:     func(a []string) string { return "zk://" + a[0] },
+			addrs: []string{srv.Addr()},
+			url: func(a []string, ttl time.Duration) string {
+				// The session must end with the lease: a paused holder's
+				// session then expires like a TTL lease.
+				return "zk://" + a[0] + "/fence?session_timeout=" + ttl.String()
+			},
 			restart: restartProcess(env, "zookeeper", srv.Process),
 		}, nil
 	})
@@ -107,8 +113,10 @@ func init() {
 			return nil, err
 		}
 		return &Store{
-			addrs:   []string{srv.Addr()},
-			url:     func(a []string) string { return "azblob+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture" },
+			addrs: []string{srv.Addr()},
+			url: func(a []string, _ time.Duration) string {
+				return "azblob+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
+			},
 			restart: restartProcess(env, "azurite", srv.Process),
 			minTTL:  azureMinTTL,
 		}, nil
@@ -120,7 +128,7 @@ func init() {
 		}
 		return &Store{
 			addrs:   []string{srv.Addr()},
-			url:     func(a []string) string { return "nats://" + a[0] },
+			url:     func(a []string, _ time.Duration) string { return "nats://" + a[0] },
 			restart: restartProcess(env, "nats-server", srv.Process),
 		}, nil
 	})

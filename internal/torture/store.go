@@ -22,8 +22,8 @@ type Store struct {
 	// per worker; none for a store without a network (file).
 	addrs []string
 	// url returns the store URL with the given addresses (the proxies') in
-	// place of addrs.
-	url func(addrs []string) string
+	// place of addrs, for leases of ttl.
+	url func(addrs []string, ttl time.Duration) string
 	// restart, if set, kills the store's server (or one member), keeps it
 	// down for down, and starts it again; it calls started once the
 	// server is down, and returns a description of what it did.
@@ -120,10 +120,10 @@ func OpenStore(spec string, env *testserver.Env) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Name: storeurl.Redact(spec), url: func([]string) string { return spec }}
+	s := &Store{Name: storeurl.Redact(spec), url: func([]string, time.Duration) string { return spec }}
 	if u.Host != "" && u.Scheme != "file" {
 		s.addrs = strings.Split(u.Host, ",")
-		s.url = func(addrs []string) string {
+		s.url = func(addrs []string, _ time.Duration) string {
 			v := *u
 			v.Host = strings.Join(addrs, ",")
 			return v.String()
@@ -139,7 +139,7 @@ func openFileStore(*testserver.Env) (*Store, error) {
 	}
 	u := (&url.URL{Scheme: "file", Path: dir}).String()
 	return &Store{
-		url:   func([]string) string { return u },
+		url:   func([]string, time.Duration) string { return u },
 		close: func() { _ = os.RemoveAll(dir) },
 	}, nil
 }
@@ -151,7 +151,7 @@ func openMemStore(*testserver.Env) (*Store, error) {
 	}
 	return &Store{
 		addrs: []string{srv.Addr()},
-		url:   func(addrs []string) string { return MemScheme + "://" + addrs[0] },
+		url:   func(addrs []string, _ time.Duration) string { return MemScheme + "://" + addrs[0] },
 		close: func() { _ = srv.Close() },
 	}, nil
 }
