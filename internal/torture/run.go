@@ -152,9 +152,10 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 	cfg.defaults()
 	if cfg.TTL < store.minTTL {
 		cfg.TTL = store.minTTL
-		if min := 7 * cfg.TTL / 2; cfg.Fault != FaultNone && cfg.Duration < min {
-			cfg.Duration = min // room for one fault episode
-		}
+	}
+	// Room for one fault episode at least.
+	if min := store.holdTime(cfg.TTL) + 3*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
+		cfg.Duration = min
 	}
 	r := &Result{Store: store.Name, Fault: cfg.Fault, Guard: !cfg.NoGuard, TTL: cfg.TTL}
 	if why := store.notApplicable(cfg.Fault); why != "" {
@@ -527,7 +528,10 @@ func (p *plan) jitter(d time.Duration) time.Duration {
 // undisturbed and the plan ends clean.
 func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	ttl := p.cfg.TTL
-	episode := 2*ttl + ttl/2 // the longest episode, and a margin
+	// A pause or partition lasts past the time the store may keep the
+	// holder's lease, and a TTL more for another worker to take it.
+	cut := p.store.holdTime(ttl) + ttl
+	episode := cut + ttl/2 // the longest episode, and a margin
 	fits := func() time.Time { return deadline.Add(-episode) }
 	wait := func(d time.Duration) { sleep(ctx, d) }
 
@@ -545,8 +549,8 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			}
 			wait(p.jitter(p.cfg.Work / 2)) // into the slow step before a write
 			p.signal(pr, syscall.SIGSTOP)
-			p.fault(fmt.Sprintf("pause worker %d (SIGSTOP) for %v", pr.id, 2*ttl), false)
-			time.Sleep(2 * ttl)
+			p.fault(fmt.Sprintf("pause worker %d (SIGSTOP) for %v", pr.id, cut), false)
+			time.Sleep(cut)
 			p.signal(pr, syscall.SIGCONT)
 			p.fault(fmt.Sprintf("resume worker %d (SIGCONT)", pr.id), true)
 			wait(ttl / 2)
@@ -561,18 +565,18 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			wait(p.jitter(p.cfg.Work / 2))
 			var desc string
 			if p.cfg.Fault == FaultBlackhole {
-				desc = fmt.Sprintf("blackhole worker %d from store and register for %v", pr.id, 2*ttl)
+				desc = fmt.Sprintf("blackhole worker %d from store and register for %v", pr.id, cut)
 				p.each(s, func(px *faultproxy.Proxy) { px.Blackhole(faultproxy.Both) })
 			} else {
 				d := ttl / 3
 				if n%2 == 1 {
 					d = ttl * 6 / 10
 				}
-				desc = fmt.Sprintf("delay worker %d's traffic by %v±%v each way for %v", pr.id, d, ttl/10, 2*ttl)
+				desc = fmt.Sprintf("delay worker %d's traffic by %v±%v each way for %v", pr.id, d, ttl/10, cut)
 				p.each(s, func(px *faultproxy.Proxy) { px.Delay(d, ttl/10) })
 			}
 			p.fault(desc, false)
-			time.Sleep(2 * ttl)
+			time.Sleep(cut)
 			p.each(s, func(px *faultproxy.Proxy) { px.Heal() })
 			p.fault(fmt.Sprintf("heal worker %d", pr.id), true)
 			wait(ttl / 2)

@@ -90,6 +90,11 @@ func init() {
 			addrs:   []string{srv.Addr()},
 			url:     func(a []string, _ time.Duration) string { return "etcd://" + a[0] },
 			restart: restartProcess(env, "etcd", srv.Process),
+			// fenceetcd's session lease: 1.5 TTL in whole seconds, at
+			// least etcd's minimum of 2 s, counted from the last keepalive.
+			hold: func(ttl time.Duration) time.Duration {
+				return max(2*time.Second, (ttl*3/2+time.Second-1).Truncate(time.Second)) + ttl/4
+			},
 		}, nil
 	})
 	server("zk", "zk", "a private ZooKeeper", func(env *testserver.Env) (*Store, error) {
@@ -104,6 +109,8 @@ func init() {
 				// session then expires like a TTL lease.
 				return "zk://" + a[0] + "/fence?session_timeout=" + ttl.String()
 			},
+			// The server expires sessions on its tick (200 ms here).
+			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
 			restart: restartProcess(env, "zookeeper", srv.Process),
 		}, nil
 	})
@@ -130,6 +137,8 @@ func init() {
 			addrs:   []string{srv.Addr()},
 			url:     func(a []string, _ time.Duration) string { return "nats://" + a[0] },
 			restart: restartProcess(env, "nats-server", srv.Process),
+			// Per-message TTLs are whole seconds, rounded up.
+			hold: func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
 		}, nil
 	})
 }

@@ -32,6 +32,18 @@ type Store struct {
 	// minTTL is the shortest lease the store grants (Azure's 15 s); plans
 	// on it run with at least this TTL, and long enough for a fault.
 	minTTL time.Duration
+	// hold, if set, bounds how long the store may keep the lease of a
+	// holder gone silent, for leases of ttl (when it rounds TTLs up or
+	// keeps sessions longer); nil means ttl.
+	hold func(ttl time.Duration) time.Duration
+}
+
+// holdTime is how long the store may keep a silent holder's lease.
+func (s *Store) holdTime(ttl time.Duration) time.Duration {
+	if s.hold == nil {
+		return ttl
+	}
+	return max(ttl, s.hold(ttl))
 }
 
 // MinTTL returns the shortest lease TTL the store grants, 0 if any.
