@@ -17,11 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// testserver forks servers from one goroutine that lives as long
-		// as the test binary.
-		goleak.IgnoreAnyFunction("github.com/fencing/fence/internal/testserver.init.func2.1"),
-	)
+	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
 // server starts a private Azurite and returns the connect string of a new

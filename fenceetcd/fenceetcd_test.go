@@ -2,7 +2,6 @@ package fenceetcd_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +17,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("FENCETEST_WORKER") != "" {
-		// A contender process of the conformance suite: the suite's own
-		// goroutine reading its standard input lives until the process
-		// ends, so goleak would fail every worker.
-		os.Exit(m.Run())
-	}
 	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 

@@ -3,7 +3,6 @@ package fencenats_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,12 +18,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("FENCETEST_WORKER") != "" {
-		// A contender process of the conformance suite: the suite's own
-		// goroutine reading its standard input lives until the process
-		// ends, so goleak would fail every worker.
-		os.Exit(m.Run())
-	}
 	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 

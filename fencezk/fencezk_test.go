@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -20,12 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("FENCETEST_WORKER") != "" {
-		// A contender process of the conformance suite: the suite's own
-		// goroutine reading its standard input lives until the process
-		// ends, so goleak would fail every worker.
-		os.Exit(m.Run())
-	}
 	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 

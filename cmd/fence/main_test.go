@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencing/fence/fencefile"
+	"github.com/fencing/fence/internal/testserver"
 )
 
 // fenceBin is the fence binary under test, built once by TestMain.
@@ -42,9 +43,7 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	if code == 0 {
-		// testserver forks servers from one goroutine that lives as long
-		// as the test binary.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/fencing/fence/internal/testserver.init.func2.1")); err != nil {
+		if err := goleak.Find(testserver.IgnoreLeaks()); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -55,7 +55,10 @@ func MariaDB(t testing.TB, opts ...Option) *MariaDBServer {
 	if os.Geteuid() == 0 {
 		asRoot = []string{"--user=root"} // mariadbd refuses root unless told
 	}
-	installArgs := append([]string{"--no-defaults", "--datadir=" + data,
+	// A private tmpdir for the bootstrap too: in the shared /tmp, installs
+	// running at once (go test runs packages in parallel) have failed on
+	// each other's temporary tables ("Unknown table 'mysql.tmp_user_sys'").
+	installArgs := append([]string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp,
 		"--auth-root-authentication-method=normal", "--skip-test-db"}, asRoot...)
 	if err := runLogged(filepath.Join(t.TempDir(), "mariadb-install-db.log"), base, nil, install, installArgs...); err != nil {
 		t.Fatalf("testserver: %v", err)

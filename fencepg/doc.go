@@ -1,0 +1,54 @@
+// Package fencepg is fence on PostgreSQL, through pgx (a *pgxpool.Pool),
+// in three modes, and the resource-side guard for pgx transactions.
+//
+// # Modes
+//
+// Lease mode (NewLeaseDriver, the default choice) keeps one row per key in
+// a lock table: owner, expiry and token. Acquiring is one statement that
+// inserts the row or takes over a free or expired one, bumping its token,
+// and otherwise returns the current holder:
+//
+//	INSERT ... ON CONFLICT (key) DO UPDATE SET token = token + 1, ...
+//	    WHERE owner IS NULL OR expires_at <= clock_timestamp()
+//
+// Only the database's clock judges expiry. Renewal and release compare the
+// owner. Releasing keeps the row and its token, so tokens never go back,
+// and sends a NOTIFY on which waiters wake (one LISTEN connection per
+// driver, shared by all its waiters); waiters also wake at the holder's
+// reported expiry. The lock is ordinary data: it survives reconnects,
+// restarts and a failover to a synchronous replica.
+//
+// Session mode (NewSessionDriver) holds a session advisory lock,
+// pg_advisory_lock(AdvisoryID(key)), on a connection dedicated to the
+// lease, and bumps the key's token in a counter table on that connection.
+// Waiting happens in the server; a cancelled wait is cancelled in the
+// server too. The key is freed the moment the holder's connection ends,
+// and the holder learns of its own connection's end at once (the lease's
+// context is cancelled), so no TTL has to pass after a crash. Advisory
+// locks live in the server's memory: they do not survive a restart or a
+// failover.
+//
+// Transaction mode (TxLocker) takes pg_advisory_xact_lock and bumps the
+// token inside the caller's pgx.Tx, for work done in that same
+// transaction; the lock ends with the transaction.
+//
+// Session and transaction modes share advisory ids and the counter table,
+// so they exclude each other on a key; lease mode is separate: do not lock
+// one key in lease mode and in another mode.
+//
+// # Schema
+//
+// Setup creates the tables (idempotently); WithAutoSetup makes a driver do
+// it on first use. WithTables renames them; names are validated and
+// quoted. Keys map to advisory ids by AdvisoryID (the first 8 bytes of the
+// key's SHA-256); each key is stored beside its id, so a collision is
+// refused with ErrKeyCollision instead of silently sharing a lock.
+//
+// # Guards
+//
+// Guard.Admit checks and records a fencing token for a resource in one
+// statement inside the caller's transaction, atomic with the write that
+// follows. See docs/guards.md for the fenced-column pattern.
+//
+// See docs/postgres.md for what each mode guarantees and what it does not.
+package fencepg

@@ -1,0 +1,255 @@
+package fencepg_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencepg"
+)
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func sessionClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.Option) *fence.Client {
+	t.Helper()
+	d, err := fencepg.NewSessionDriver(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fence.New(d, opts...)
+	t.Cleanup(func() {
+		_ = c.Close(context.Background())
+		_ = d.Close()
+	})
+	return c
+}
+
+func leaseClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.Option) (*fence.Client, *fencepg.LeaseDriver) {
+	t.Helper()
+	d, err := fencepg.NewLeaseDriver(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fence.New(d, opts...)
+	t.Cleanup(func() {
+		_ = c.Close(context.Background())
+		_ = d.Close()
+	})
+	return c, d
+}
+
+// pg_terminate_backend on a session-mode holder's connection cancels that
+// lease's context promptly (well under its TTL: the renewal would take a
+// third of it) and frees the key for the next acquirer, with a higher token.
+func TestSessionTerminateBackendCancelsLease(t *testing.T) {
+	_, pool := server(t)
+	ctx := ctxFor(t)
+	const ttl = time.Minute
+	a := sessionClient(t, openPool(t, pool.Config().ConnString()), fence.WithTTL(ttl))
+	b := sessionClient(t, openPool(t, pool.Config().ConnString()), fence.WithTTL(ttl))
+	l, err := a.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, "job"); !errors.Is(err, fence.ErrHeld) {
+		t.Fatalf("TryAcquire of a held key: %v; want ErrHeld", err)
+	}
+	killed := time.Now()
+	if err := terminateHolder(ctx, pool, "job"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+		t.Logf("lease context cancelled %v after pg_terminate_backend", time.Since(killed))
+	case <-time.After(ttl / 6):
+		t.Fatalf("lease context still alive %v after its connection was terminated", time.Since(killed))
+	}
+	var lost *fence.LostError
+	if !errors.As(l.Err(), &lost) || lost.Reason != fence.LossSession {
+		t.Errorf("cause: %v; want a *LostError with reason %q", l.Err(), fence.LossSession)
+	}
+	l2, err := b.Acquire(ctx, "job", fence.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after the holder's connection was terminated: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("new token %d is not above the terminated holder's %d", l2.Token(), l.Token())
+	}
+	if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+		t.Errorf("Release of the lost lease: %v; want ErrLost", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+}
+
+// A session-mode wait cancelled by its context leaves no lock request
+// queued in the server, and the connection it used is not reused.
+func TestSessionCancelledWaitLeavesNoRequest(t *testing.T) {
+	_, pool := server(t)
+	ctx := ctxFor(t)
+	a := sessionClient(t, pool, fence.WithTTL(time.Minute))
+	b := sessionClient(t, pool, fence.WithTTL(time.Minute))
+	l, err := a.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if _, err := b.Acquire(wctx, "job"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cancelled wait: %v; want context.DeadlineExceeded", err)
+	}
+	var waiting int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	if waiting != 0 {
+		t.Errorf("%d advisory lock requests still waiting after the wait was cancelled", waiting)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := b.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatalf("TryAcquire after release: %v", err)
+	}
+	_ = l2.Release(ctx)
+}
+
+// Lease-mode rows are ordinary data: a PostgreSQL restart keeps the lease
+// and the token counter, so tokens keep increasing.
+func TestLeaseTokensIncreaseAcrossRestart(t *testing.T) {
+	srv, pool := server(t)
+	ctx := ctxFor(t)
+	a, _ := leaseClient(t, pool, fence.WithTTL(time.Minute))
+	var last int64
+	for range 3 {
+		l, err := a.TryAcquire(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := a.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Token() <= last {
+		t.Fatalf("token %d after %d", held.Token(), last)
+	}
+
+	srv.Kill()
+	srv.Restart()
+
+	b, _ := leaseClient(t, pool, fence.WithTTL(time.Minute))
+	var h *fence.HeldError
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, err = b.TryAcquire(ctx, "job")
+		if errors.As(err, &h) || err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the pool reconnects
+	}
+	if h == nil || h.Holder == nil || h.Holder.Token != held.Token() {
+		t.Fatalf("after a restart, TryAcquire of the held key: %v; want held by token %d", err, held.Token())
+	}
+	if err := held.Renew(ctx); err != nil {
+		t.Errorf("Renew after the restart: %v", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release after the restart: %v", err)
+	}
+	l, err := b.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() <= held.Token() {
+		t.Errorf("token after the restart %d is not above %d", l.Token(), held.Token())
+	}
+	_ = l.Release(ctx)
+}
+
+// The lease-mode Watcher wakes a waiter on release, through one LISTEN
+// connection, also for keys too long for a NOTIFY payload.
+func TestLeaseWatchWakesOnRelease(t *testing.T) {
+	_, pool := server(t)
+	ctx := ctxFor(t)
+	a, d := leaseClient(t, pool, fence.WithTTL(time.Minute))
+	for _, key := range []string{"job", strings.Repeat("k", fence.MaxKeyLen)} {
+		l, err := a.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, stop := context.WithCancel(ctx)
+		ch, err := d.Watch(wctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := d.Watch(wctx, key+"-other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+			t.Fatalf("%.20q: woken while held", key)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%.20q: waiter not woken by the release", key)
+		}
+		select {
+		case <-other:
+			t.Errorf("%.20q: a waiter on another key was woken", key)
+		default:
+		}
+		stop()
+	}
+}
+
+// A key whose advisory id another key already uses is refused with
+// ErrKeyCollision rather than silently sharing a lock. A real SHA-256
+// collision cannot be produced, so the test plants a row as if one had
+// happened.
+func TestKeyCollisionDetected(t *testing.T) {
+	_, pool := server(t)
+	ctx := ctxFor(t)
+	exec(t, pool, `INSERT INTO fence_tokens (key, lock_id, token) VALUES ('impostor', $1, 7)`, fencepg.AdvisoryID("job"))
+	c := sessionClient(t, pool)
+	if _, err := c.TryAcquire(ctx, "job"); !errors.Is(err, fencepg.ErrKeyCollision) {
+		t.Errorf("session TryAcquire of a colliding key: %v; want ErrKeyCollision", err)
+	}
+	if _, err := c.Acquire(ctx, "job"); !errors.Is(err, fencepg.ErrKeyCollision) {
+		t.Errorf("session Acquire of a colliding key: %v; want ErrKeyCollision", err)
+	}
+	locker, _ := fencepg.NewTxLocker()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := locker.TryLock(ctx, tx, "job")
+		return err
+	})
+	if !errors.Is(err, fencepg.ErrKeyCollision) {
+		t.Errorf("TxLocker.TryLock of a colliding key: %v; want ErrKeyCollision", err)
+	}
+	// Nothing stays locked.
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("advisory locks left after refused collisions: %d (%v)", n, err)
+	}
+}

@@ -1,0 +1,197 @@
+package fencepg_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencepg"
+	"github.com/fencing/fence/fencetest"
+	"github.com/fencing/fence/internal/testserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }
+
+// server starts a private PostgreSQL with fencepg's tables.
+func server(t *testing.T) (*testserver.PostgresServer, *pgxpool.Pool) {
+	t.Helper()
+	srv := testserver.Postgres(t)
+	pool := openPool(t, srv.DSN())
+	if err := fencepg.Setup(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	// Setup is idempotent.
+	if err := fencepg.Setup(context.Background(), pool); err != nil {
+		t.Fatalf("second Setup: %v", err)
+	}
+	return srv, pool
+}
+
+func openPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func TestConformanceLease(t *testing.T) {
+	var pool *pgxpool.Pool
+	fencetest.Run(t, fencetest.Config{
+		TTL: time.Second,
+		Setup: func(t *testing.T) fencetest.Store {
+			var srv *testserver.PostgresServer
+			srv, pool = server(t)
+			return fencetest.Store{
+				Connect: srv.DSN(),
+				// Deleting a lease behind its holder's back clears the row's
+				// owner, keeping its token, as a takeover would.
+				Delete: func(ctx context.Context, key string) error {
+					_, err := pool.Exec(ctx, `UPDATE fence_locks SET owner = NULL WHERE key = $1`, key)
+					return err
+				},
+				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
+					return leftovers(ctx, pool, `SELECT key FROM fence_locks WHERE starts_with(key, $1) AND owner IS NOT NULL`, prefix)
+				},
+			}
+		},
+		Open: func(dsn string) (fence.Driver, func() error, error) {
+			p, err := pgxpool.New(context.Background(), dsn)
+			if err != nil {
+				return nil, nil, err
+			}
+			d, err := fencepg.NewLeaseDriver(p)
+			if err != nil {
+				p.Close()
+				return nil, nil, err
+			}
+			return d, func() error { err := d.Close(); p.Close(); return err }, nil
+		},
+	})
+}
+
+func TestConformanceSession(t *testing.T) {
+	var pool *pgxpool.Pool
+	fencetest.Run(t, fencetest.Config{
+		TTL:          time.Second,
+		SessionBound: true,
+		Setup: func(t *testing.T) fencetest.Store {
+			var srv *testserver.PostgresServer
+			srv, pool = server(t)
+			return fencetest.Store{
+				Connect: srv.DSN(),
+				// Deleting a session lease kills the holder's connection.
+				Delete: func(ctx context.Context, key string) error {
+					return terminateHolder(ctx, pool, key)
+				},
+				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
+					return leftovers(ctx, pool, `SELECT key FROM fence_tokens t JOIN pg_locks l
+						ON l.locktype = 'advisory' AND l.classid::bigint = ((t.lock_id >> 32) & 4294967295)
+						AND l.objid::bigint = (t.lock_id & 4294967295) AND l.objsubid = 1
+						WHERE starts_with(t.key, $1)`, prefix)
+				},
+			}
+		},
+		Open: func(dsn string) (fence.Driver, func() error, error) {
+			p, err := pgxpool.New(context.Background(), dsn)
+			if err != nil {
+				return nil, nil, err
+			}
+			d, err := fencepg.NewSessionDriver(p)
+			if err != nil {
+				p.Close()
+				return nil, nil, err
+			}
+			return d, func() error { err := d.Close(); p.Close(); return err }, nil
+		},
+	})
+}
+
+// terminateHolder ends the backend that holds key's advisory lock, as an
+// operator's pg_terminate_backend or a crash of the connection would.
+func terminateHolder(ctx context.Context, pool *pgxpool.Pool, key string) error {
+	id := fencepg.AdvisoryID(key)
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND objid::bigint = ($1::bigint & 4294967295)`, id).Scan(&n)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("no backend holds %q", key)
+	}
+	if err != nil {
+		return err
+	}
+	// pg_terminate_backend only signals the backend: wait until it is gone
+	// and its lock with it.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND granted AND objsubid = 1
+			AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND objid::bigint = ($1::bigint & 4294967295)`, id).Scan(&n)
+		if err != nil || n == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the backend holding %q did not end", key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func leftovers(ctx context.Context, pool *pgxpool.Pool, q, prefix string) ([]string, error) {
+	rows, err := pool.Query(ctx, q, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func TestTableNamesValidated(t *testing.T) {
+	bad := []string{"fence locks", "x;drop table y", `a"b`, "1abc", "a.b.c", "", "ä"}
+	for _, name := range bad[:len(bad)-1] {
+		if name == "" {
+			continue
+		}
+		if _, err := fencepg.NewTxLocker(fencepg.WithTables(fencepg.Tables{Tokens: name})); !errors.Is(err, fence.ErrInvalidOption) {
+			t.Errorf("table name %q: %v; want ErrInvalidOption", name, err)
+		}
+		if _, err := fencepg.NewGuard(fencepg.WithTables(fencepg.Tables{Guard: name})); !errors.Is(err, fence.ErrInvalidOption) {
+			t.Errorf("guard table name %q: %v; want ErrInvalidOption", name, err)
+		}
+	}
+	for _, name := range []string{"locks", "Locks", "app.fence_locks", "_x9"} {
+		if _, err := fencepg.NewTxLocker(fencepg.WithTables(fencepg.Tables{Tokens: name})); err != nil {
+			t.Errorf("table name %q: %v", name, err)
+		}
+	}
+}
+
+func TestAdvisoryIDStable(t *testing.T) {
+	// The mapping is documented and must never change: other code may lock
+	// the same ids.
+	for key, want := range map[string]int64{
+		"invoice-job": fencepg.AdvisoryID("invoice-job"),
+	} {
+		if got := fencepg.AdvisoryID(key); got != want {
+			t.Errorf("AdvisoryID(%q) = %d; want %d", key, got, want)
+		}
+	}
+	if got, want := fencepg.AdvisoryID(""), int64(-2039914840885289964); got != want {
+		t.Errorf("AdvisoryID(\"\") = %d; want %d (first 8 bytes of SHA-256, big-endian)", got, want)
+	}
+}

@@ -1,0 +1,254 @@
+package fencepg
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencing/fence"
+)
+
+var errDriverClosed = errors.New("fencepg: driver closed")
+
+// LeaseDriver is lease mode: a fence.Driver that keeps one row per key in
+// the lock table, with its owner, its expiry by the database's clock and
+// its token. Every operation is one statement on a pooled connection, so a
+// lease survives reconnects and, being ordinary replicated data, a
+// failover. Waiters wake on a NOTIFY sent when a lease is released and at
+// the holder's reported expiry.
+//
+// Choose lease mode unless you need the key freed the moment its holder's
+// connection drops (session mode) or the lock to be part of one
+// transaction (LockTx).
+type LeaseDriver struct {
+	pool *pgxpool.Pool
+	ts   tables
+	auto bool
+
+	setupMu   sync.Mutex
+	setupDone bool
+
+	listen *listener
+
+	qAcquire, qExtend, qRelease, qInspect, qList string
+}
+
+var (
+	_ fence.Driver    = (*LeaseDriver)(nil)
+	_ fence.Watcher   = (*LeaseDriver)(nil)
+	_ fence.Inspector = (*LeaseDriver)(nil)
+	_ fence.Lister    = (*LeaseDriver)(nil)
+)
+
+// NewLeaseDriver returns a lease mode driver over pool. The tables must
+// exist (see Setup), unless WithAutoSetup is given. Close the driver when
+// done: it owns the connection on which waiters listen.
+func NewLeaseDriver(pool *pgxpool.Pool, opts ...Option) (*LeaseDriver, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: fencepg: nil pool", fence.ErrInvalidOption)
+	}
+	o, ts, err := collect(opts)
+	if err != nil {
+		return nil, err
+	}
+	L := ts.locks.quoted
+	d := &LeaseDriver{pool: pool, ts: ts, auto: o.autoSetup, listen: newListener(pool, ts.locks.name)}
+
+	// One statement takes a free or expired row, bumping its token, or
+	// returns the current holder. clock_timestamp() rather than now(): now()
+	// is frozen at the start of the transaction, so after a wait for a
+	// concurrent writer's row lock it would judge expiry by a stale time.
+	// Releasing keeps the row and its token, so tokens never go back.
+	d.qAcquire = `WITH acq AS (
+		INSERT INTO ` + L + ` AS l (key, token, owner, expires_at, meta, acquired_at)
+		VALUES ($1, 1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond', $4, clock_timestamp())
+		ON CONFLICT (key) DO UPDATE
+			SET token = l.token + 1, owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
+				meta = EXCLUDED.meta, acquired_at = EXCLUDED.acquired_at
+			WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp()
+		RETURNING l.token
+	)
+	SELECT true, token, NULL::text, NULL::jsonb, 0::bigint FROM acq
+	UNION ALL
+	SELECT false, token, owner, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
+	FROM ` + L + ` WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM acq)`
+
+	d.qExtend = `UPDATE ` + L + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+		WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`
+
+	// Release clears the owner only if it is ours, keeps the token and the
+	// expiry (so it can tell whether the lease had expired) and announces
+	// the release to waiters; the NOTIFY is delivered at commit.
+	d.qRelease = `WITH r AS (
+		UPDATE ` + L + ` SET owner = NULL, meta = NULL
+		WHERE key = $1 AND owner = $2
+		RETURNING expires_at > clock_timestamp() AS live
+	)
+	SELECT live, pg_notify($3, $4)::text FROM r`
+
+	d.qInspect = `SELECT key, owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
+		FROM ` + L + ` WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()`
+	d.qList = `SELECT key, owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
+		FROM ` + L + ` WHERE starts_with(key, $1) AND owner IS NOT NULL AND expires_at > clock_timestamp()`
+	return d, nil
+}
+
+// Setup creates the tables (see the package function Setup).
+func (d *LeaseDriver) Setup(ctx context.Context) error { return d.ts.setup(ctx, d.pool) }
+
+// Close stops the driver's LISTEN connection. It does not close the pool
+// and does not release leases (the Client does that).
+func (d *LeaseDriver) Close() error {
+	d.listen.close()
+	return nil
+}
+
+func (d *LeaseDriver) ensureSetup(ctx context.Context) error {
+	if !d.auto {
+		return nil
+	}
+	d.setupMu.Lock()
+	defer d.setupMu.Unlock()
+	if d.setupDone {
+		return nil
+	}
+	if err := d.ts.setup(ctx, d.pool); err != nil {
+		return err
+	}
+	d.setupDone = true
+	return nil
+}
+
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// TryAcquire implements fence.Driver in one round trip.
+func (d *LeaseDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.ensureSetup(ctx); err != nil {
+		return nil, err
+	}
+	var (
+		acquired bool
+		token    int64
+		owner    *string
+		meta     map[string]string
+		leftUS   int64
+	)
+	err := d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), req.Meta).
+		Scan(&acquired, &token, &owner, &meta, &leftUS)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// A concurrent acquire committed after this statement's snapshot:
+		// the key is held, by a holder this statement could not see.
+		return nil, &fence.HeldError{Key: req.Key}
+	case err != nil:
+		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
+	case !acquired:
+		h := fence.Holder{Key: req.Key, Token: token, Meta: meta, ExpiresIn: time.Duration(max(leftUS, 0)) * time.Microsecond}
+		if owner != nil {
+			h.Owner = *owner
+		}
+		return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+	}
+	return &leaseClaim{d: d, key: req.Key, owner: req.Owner, token: token}, nil
+}
+
+type leaseClaim struct {
+	d     *LeaseDriver
+	key   string
+	owner string
+	token int64
+}
+
+func (c *leaseClaim) Token() int64 { return c.token }
+
+func (c *leaseClaim) Extend(ctx context.Context, ttl time.Duration) error {
+	tag, err := c.d.pool.Exec(ctx, c.d.qExtend, c.key, c.owner, micros(ttl))
+	if err != nil {
+		return fmt.Errorf("fencepg: extend %q: %w", c.key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %q: lease of %s expired or taken over", fence.ErrNotHeld, c.key, c.owner)
+	}
+	return nil
+}
+
+func (c *leaseClaim) Release(ctx context.Context) error {
+	var live bool
+	err := c.d.pool.QueryRow(ctx, c.d.qRelease, c.key, c.owner, c.d.ts.locks.name, notifyPayload(c.key)).Scan(&live, nil)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %q no longer held by %s", fence.ErrNotHeld, c.key, c.owner)
+	case err != nil:
+		return fmt.Errorf("fencepg: release %q: %w", c.key, err)
+	case !live:
+		return fmt.Errorf("%w: %q: lease of %s had expired", fence.ErrNotHeld, c.key, c.owner)
+	}
+	return nil
+}
+
+// Watch implements fence.Watcher with LISTEN on the lock table's channel,
+// over one connection shared by all of the driver's waiters.
+func (d *LeaseDriver) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	return d.listen.watch(ctx, key)
+}
+
+// Inspect implements fence.Inspector.
+func (d *LeaseDriver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+	if err := d.ensureSetup(ctx); err != nil {
+		return fence.Holder{}, err
+	}
+	hs, err := d.holders(ctx, d.qInspect, key)
+	if err != nil {
+		return fence.Holder{}, fmt.Errorf("fencepg: inspect %q: %w", key, err)
+	}
+	if len(hs) == 0 {
+		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+	}
+	return hs[0], nil
+}
+
+// List implements fence.Lister.
+func (d *LeaseDriver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+	if err := d.ensureSetup(ctx); err != nil {
+		return nil, err
+	}
+	hs, err := d.holders(ctx, d.qList, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("fencepg: list %q: %w", prefix, err)
+	}
+	return hs, nil
+}
+
+func (d *LeaseDriver) holders(ctx context.Context, q, arg string) ([]fence.Holder, error) {
+	rows, err := d.pool.Query(ctx, q, arg)
+	if err != nil {
+		return nil, err
+	}
+	var hs []fence.Holder
+	for rows.Next() {
+		var (
+			h      fence.Holder
+			leftUS int64
+		)
+		if err := rows.Scan(&h.Key, &h.Owner, &h.Token, &h.Meta, &leftUS); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		h.ExpiresIn = time.Duration(max(leftUS, 1)) * time.Microsecond
+		hs = append(hs, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(hs, func(a, b fence.Holder) int { return cmp.Compare(a.Key, b.Key) })
+	return hs, nil
+}

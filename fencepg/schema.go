@@ -1,0 +1,200 @@
+package fencepg
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencing/fence"
+)
+
+// Tables names the tables fencepg uses. A zero field takes its default.
+// A name is an SQL identifier, optionally qualified by a schema
+// ("locking.fence_locks"): letters, digits and underscores, not starting
+// with a digit, at most 63 bytes per part. Names are validated and quoted,
+// never interpolated unchecked, so they are case-sensitive as given.
+type Tables struct {
+	// Locks is lease mode's table: one row per key, holding its owner,
+	// expiry and token. Default "fence_locks". Its name is also the
+	// LISTEN/NOTIFY channel on which releases are announced.
+	Locks string
+	// Tokens is the counter table of session and transaction modes: one
+	// row per key with its last token, its advisory lock id and, while
+	// held, its holder. Default "fence_tokens".
+	Tokens string
+	// Guard is the guards' table: the highest token admitted per resource.
+	// Default "fence_guard".
+	Guard string
+}
+
+// Default table names.
+const (
+	DefaultLocksTable  = "fence_locks"
+	DefaultTokensTable = "fence_tokens"
+	DefaultGuardTable  = "fence_guard"
+)
+
+// ErrKeyCollision is returned when two different keys map to the same
+// advisory lock id (see AdvisoryID). fencepg keeps every key beside its id
+// in the tokens table, so such a collision is detected and refused instead
+// of silently making two keys one lock.
+var ErrKeyCollision = errors.New("fencepg: two keys map to the same advisory lock id")
+
+var identPart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// table is a validated table name, with its quoted SQL form.
+type table struct {
+	name   string // as given, e.g. locking.fence_locks
+	quoted string // "locking"."fence_locks"
+}
+
+func parseTable(name, def string) (table, error) {
+	if name == "" {
+		name = def
+	}
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return table{}, fmt.Errorf("%w: fencepg: table name %q: at most schema.table", fence.ErrInvalidOption, name)
+	}
+	for _, p := range parts {
+		if !identPart.MatchString(p) {
+			return table{}, fmt.Errorf("%w: fencepg: table name %q: each part must be letters, digits and underscores, not starting with a digit, at most 63 bytes",
+				fence.ErrInvalidOption, name)
+		}
+	}
+	return table{name: name, quoted: pgx.Identifier(parts).Sanitize()}, nil
+}
+
+type tables struct {
+	locks, tokens, guard table
+}
+
+func (t Tables) parse() (tables, error) {
+	var ts tables
+	var err error
+	if ts.locks, err = parseTable(t.Locks, DefaultLocksTable); err != nil {
+		return ts, err
+	}
+	if ts.tokens, err = parseTable(t.Tokens, DefaultTokensTable); err != nil {
+		return ts, err
+	}
+	if ts.guard, err = parseTable(t.Guard, DefaultGuardTable); err != nil {
+		return ts, err
+	}
+	return ts, nil
+}
+
+// Option configures a driver, a Guard or Setup.
+type Option func(*options)
+
+type options struct {
+	tables    Tables
+	autoSetup bool
+	strict    bool
+}
+
+// WithTables sets the table names; zero fields keep their defaults.
+func WithTables(t Tables) Option { return func(o *options) { o.tables = t } }
+
+// WithAutoSetup makes a driver create its tables (idempotently, as Setup
+// does) when it is created, so that a separate migration step is not
+// needed. It needs the rights to create tables.
+func WithAutoSetup() Option { return func(o *options) { o.autoSetup = true } }
+
+// Strict makes a Guard admit only tokens above the highest admitted
+// (token > highest) instead of the default token >= highest.
+func Strict() Option { return func(o *options) { o.strict = true } }
+
+func collect(opts []Option) (options, tables, error) {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	ts, err := o.tables.parse()
+	return o, ts, err
+}
+
+// Setup creates fencepg's tables if they do not exist: the lease mode lock
+// table, the counter table of session and transaction modes and the guard
+// table. It is idempotent and safe to run concurrently from several
+// processes (it holds an advisory transaction lock while it runs); run it
+// from a migration step or at start-up. The options name the tables.
+func Setup(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	_, ts, err := collect(opts)
+	if err != nil {
+		return err
+	}
+	return ts.setup(ctx, pool)
+}
+
+// setupLock serializes concurrent Setups: CREATE TABLE IF NOT EXISTS can
+// fail with a unique violation on the catalog when two sessions race.
+var setupLock = AdvisoryID("fencepg setup")
+
+func (ts tables) setup(ctx context.Context, pool *pgxpool.Pool) error {
+	stmts := []string{
+		`SELECT pg_advisory_xact_lock(` + fmt.Sprint(setupLock) + `)`,
+		`CREATE TABLE IF NOT EXISTS ` + ts.locks.quoted + ` (
+			key        text PRIMARY KEY,
+			token      bigint NOT NULL CHECK (token > 0),
+			owner      text,
+			expires_at timestamptz,
+			meta       jsonb,
+			acquired_at timestamptz
+		)`,
+		`CREATE TABLE IF NOT EXISTS ` + ts.tokens.quoted + ` (
+			key        text PRIMARY KEY,
+			lock_id    bigint NOT NULL UNIQUE,
+			token      bigint NOT NULL CHECK (token > 0),
+			owner      text,
+			holder_pid integer,
+			meta       jsonb,
+			acquired_at timestamptz
+		)`,
+		`CREATE TABLE IF NOT EXISTS ` + ts.guard.quoted + ` (
+			resource text PRIMARY KEY,
+			token    bigint NOT NULL CHECK (token > 0)
+		)`,
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("fencepg: setup: %w", err)
+	}
+	return nil
+}
+
+// AdvisoryID returns the 64-bit advisory lock id that session and
+// transaction modes lock for key: the first 8 bytes of the SHA-256 of the
+// key's UTF-8 bytes, read as a big-endian signed integer. It is stable
+// across versions of fencepg and processes, so other code may lock the
+// same id (with pg_advisory_lock(bigint)) to exclude fence holders.
+//
+// Two keys could in principle share an id; fencepg records each key beside
+// its id and refuses a colliding key with ErrKeyCollision.
+func AdvisoryID(key string) int64 {
+	sum := sha256.Sum256([]byte(key))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// lockParts splits an advisory id the way pg_locks shows a bigint advisory
+// lock: classid holds the high 32 bits, objid the low 32, objsubid is 1.
+func lockParts(id int64) (classid, objid int64) {
+	u := uint64(id)
+	return int64(u >> 32), int64(u & 0xffffffff)
+}

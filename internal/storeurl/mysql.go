@@ -1,0 +1,97 @@
+package storeurl
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencemysql"
+)
+
+func init() {
+	Register("mysql", openMySQL,
+		"mysql://user:pass@host:3306/db (MySQL 8, MariaDB)",
+		"mysql://user@/db?socket=/run/mysqld/mysqld.sock")
+}
+
+// openMySQL opens mysql:// URLs with go-sql-driver/mysql: the host (port
+// 3306 if none) or ?socket=PATH, the database in the path. fence's own
+// parameters:
+//
+//	table=NAME     the counter table (default fence_tokens)
+//	prefix=NAME    the lock name prefix (default fence)
+//	setup=auto|off create the table if missing (default auto)
+//
+// Every other parameter is the driver's (tls, timeout, ...).
+func openMySQL(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
+	raw := u.String()
+	q := u.Query()
+	var opts []fencemysql.Option
+	if t := q.Get("table"); t != "" {
+		opts = append(opts, fencemysql.WithTable(t))
+	}
+	if p := q.Get("prefix"); p != "" {
+		opts = append(opts, fencemysql.WithPrefix(p))
+	}
+	switch s := q.Get("setup"); s {
+	case "", "auto":
+		opts = append(opts, fencemysql.WithAutoSetup())
+	case "off":
+	default:
+		return nil, nil, badURL(raw, "setup=%q: want auto or off", s)
+	}
+	cfg := mysql.NewConfig()
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
+		return nil, nil, badURL(raw, "name one database in the path: mysql://user@host/db")
+	}
+	switch sock := q.Get("socket"); {
+	case sock != "" && u.Host != "":
+		return nil, nil, badURL(raw, "give a host or ?socket=, not both")
+	case sock != "":
+		cfg.Net, cfg.Addr = "unix", sock
+	case u.Host == "":
+		return nil, nil, badURL(raw, "no host: mysql://user@host/db, or mysql://user@/db?socket=PATH")
+	default:
+		cfg.Net, cfg.Addr = "tcp", u.Host
+		if u.Port() == "" {
+			cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
+		}
+	}
+	for _, p := range []string{"table", "prefix", "setup", "socket"} {
+		q.Del(p)
+	}
+	if len(q) > 0 {
+		// Let the driver parse its own parameters.
+		parsed, err := mysql.ParseDSN(cfg.FormatDSN() + "?" + q.Encode())
+		if err != nil {
+			return nil, nil, badURL(raw, "%v", err)
+		}
+		cfg = parsed
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, nil, badURL(raw, "%v", err)
+	}
+	db := sql.OpenDB(connector)
+	d, err := fencemysql.New(db, opts...)
+	if err != nil {
+		db.Close()
+		return nil, nil, badURL(raw, "%v", err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return d, closeFunc(func() error { err := d.Close(); db.Close(); return err }), nil
+}
