@@ -80,6 +80,8 @@ type Config struct {
 	Work     time.Duration // the slow step before each write; default 30ms
 	NoGuard  bool          // writes bypass the token check
 	Register string        // RegisterMemory (default) or RegisterPostgres
+	// RegisterDSN is the PostgreSQL the postgres register lives in.
+	RegisterDSN string
 	// Command returns the command that runs a worker; its process must
 	// call WorkerMain when IsWorker. Default: this program, re-executed.
 	Command func() *exec.Cmd
@@ -224,6 +226,11 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	switch cfg.Register {
 	case RegisterMemory:
 		p.reg, err = newMemRegister(cfg.NoGuard)
+	case RegisterPostgres:
+		if cfg.RegisterDSN == "" {
+			return errors.New("the postgres register needs a PostgreSQL (Config.RegisterDSN)")
+		}
+		p.reg, err = newPGRegister(ctx, cfg.RegisterDSN, p.keys)
 	default:
 		err = fmt.Errorf("unknown register %q", cfg.Register)
 	}
@@ -636,5 +643,3 @@ func (p *plan) signal(pr *proc, sig syscall.Signal) {
 	p.mu.Unlock()
 	_ = pr.cmd.Process.Signal(sig)
 }
-
-var errNA = errors.New("not applicable")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,8 +15,18 @@ func TestMain(m *testing.M) {
 	if IsWorker() {
 		os.Exit(WorkerMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	registerEnv.Close()
+	os.Exit(code)
 }
+
+// registerDB is the PostgreSQL of the postgres register, started once for
+// every test of the package.
+var registerDB = sync.OnceValues(func() (string, error) {
+	return StartRegisterDB(registerEnv)
+})
+
+var registerEnv = testserver.NewEnv("torture-register", nil)
 
 // short is a plan of a few seconds, with generous timing for two shared
 // cores and the race detector.
@@ -50,6 +61,16 @@ func (l *testLog) Write(b []byte) (int, error) {
 
 func run(t *testing.T, s *Store, cfg Config) *Result {
 	t.Helper()
+	if cfg.Register == "" {
+		cfg.Register = RegisterPostgres
+	}
+	if cfg.Register == RegisterPostgres {
+		dsn, err := registerDB()
+		if err != nil {
+			testserver.Unavailable(t, "a PostgreSQL for the register: %v", err)
+		}
+		cfg.RegisterDSN = dsn
+	}
 	cfg.LogDir = t.TempDir()
 	cfg.HTMLDir = t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -172,4 +193,21 @@ func ttlStores() []string {
 		}
 	}
 	return out
+}
+
+// TestMemoryRegister: the in-memory register, behind a fence.MemoryGuard,
+// keeps the same promises, and fails the same way without the guard.
+func TestMemoryRegister(t *testing.T) {
+	s := openStore(t, "mem")
+	for _, noGuard := range []bool{false, true} {
+		cfg := short(FaultPause, noGuard)
+		cfg.Register = RegisterMemory
+		r := run(t, s, cfg)
+		if !noGuard {
+			expectClean(t, r)
+		} else if r.StaleAccepted == 0 || r.OK() {
+			logWorkers(t, r)
+			t.Fatalf("memory register without the guard: %d stale writes accepted, linearizable %s; want the corruption shown", r.StaleAccepted, r.Linearizable)
+		}
+	}
 }

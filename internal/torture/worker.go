@@ -237,10 +237,12 @@ func (w *worker) read(key string) {
 	w.emit(Event{Op: OpRead, Ph: Ret, ID: id, Key: key, Token: token, Val: val, Res: ResOK})
 }
 
-func openRegister(_ context.Context, cfg workerConfig) (registerClient, error) {
+func openRegister(ctx context.Context, cfg workerConfig) (registerClient, error) {
 	switch cfg.RegKind {
 	case RegisterMemory:
 		return newHTTPRegisterClient(cfg.Register), nil
+	case RegisterPostgres:
+		return newPGRegisterClient(ctx, cfg.Register, cfg.NoGuard)
 	}
 	return nil, fmt.Errorf("unknown register %q", cfg.RegKind)
 }
