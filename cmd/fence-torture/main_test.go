@@ -26,7 +26,7 @@ func runTool(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestPauseGuarded(t *testing.T) {
-	code, out, errOut := runTool(t, "--store", "mem", "--fault", "pause", "--ttl", "500ms", "--duration", "3s",
+	code, out, errOut := runTool(t, "--store", "mem", "--fault", "pause", "--ttl", "500ms", "--duration", "3s", "--register", "memory",
 		"--logs", t.TempDir(), "--html", t.TempDir())
 	if code != exitOK {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -38,7 +38,7 @@ func TestPauseGuarded(t *testing.T) {
 
 func TestPauseNoGuardFails(t *testing.T) {
 	html := t.TempDir()
-	code, out, errOut := runTool(t, "--store", "mem", "--fault", "pause", "--ttl", "500ms", "--duration", "3s",
+	code, out, errOut := runTool(t, "--store", "mem", "--fault", "pause", "--ttl", "500ms", "--duration", "3s", "--register", "memory",
 		"--no-guard", "--logs", t.TempDir(), "--html", html)
 	if code != exitFailed {
 		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, exitFailed, out, errOut)
@@ -57,6 +57,7 @@ func TestUsage(t *testing.T) {
 		{"--workers", "1"},
 		{"--ttl", "1s", "--duration", "2s"},
 		{"extra"},
+		{"--register", "disk"},
 	} {
 		if code, _, errOut := runTool(t, args...); code != exitUsage || errOut == "" {
 			t.Errorf("%q: exit %d, stderr %q; want %d and a message", args, code, errOut, exitUsage)
