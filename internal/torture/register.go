@@ -3,7 +3,6 @@ package torture
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencehttp"
 )
 
 // The fenced register is the resource the workers protect: one value per
@@ -61,9 +61,9 @@ type registerServer interface {
 }
 
 // memRegister is a register held in the parent process and served over
-// HTTP. Guarded, writes pass a fence.MemoryGuard, the in-memory guard: a
-// request carries its token in the Fencing-Token header and a stale one
-// gets 409 Conflict.
+// HTTP. Guarded, writes pass the fencehttp middleware with a
+// fence.MemoryGuard: a request carries its token in the Fencing-Token
+// header and a stale one gets 409 Conflict.
 type memRegister struct {
 	noGuard bool
 	guard   fence.MemoryGuard
@@ -73,8 +73,9 @@ type memRegister struct {
 	high  map[string]int64 // highest accepted token per key
 	log   []Applied
 
-	ln  net.Listener
-	srv *http.Server
+	ln      net.Listener
+	srv     *http.Server
+	guarded http.Handler // the write behind the fencehttp middleware
 }
 
 type regValue struct {
@@ -82,15 +83,18 @@ type regValue struct {
 	Val   string `json:"val"`
 }
 
-// TokenHeader carries the fencing token of a write.
-const TokenHeader = "Fencing-Token"
-
 func newMemRegister(noGuard bool) (*memRegister, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	r := &memRegister{noGuard: noGuard, state: map[string]regValue{}, high: map[string]int64{}, ln: ln}
+	r.guarded = fencehttp.Middleware(&r.guard, func(req *http.Request) string { return req.URL.Query().Get("key") })(
+		http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			token, _ := fencehttp.ParseToken(req.Header)
+			r.apply(req.URL.Query().Get("key"), token, req.URL.Query().Get("val"), true)
+			w.WriteHeader(http.StatusNoContent)
+		}))
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /write", r.handleWrite)
 	mux.HandleFunc("GET /read", r.handleRead)
@@ -125,9 +129,9 @@ func (r *memRegister) apply(key string, token int64, val string, accepted bool) 
 
 func (r *memRegister) handleWrite(w http.ResponseWriter, req *http.Request) {
 	key, val := req.URL.Query().Get("key"), req.URL.Query().Get("val")
-	token, err := strconv.ParseInt(req.Header.Get(TokenHeader), 10, 64)
+	token, err := fencehttp.ParseToken(req.Header)
 	if err != nil || key == "" {
-		http.Error(w, "need key, val and a "+TokenHeader+" header", http.StatusBadRequest)
+		http.Error(w, "need key, val and a "+fencehttp.Header+" header", http.StatusBadRequest)
 		return
 	}
 	if r.noGuard {
@@ -135,20 +139,25 @@ func (r *memRegister) handleWrite(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	err = r.guard.Do(req.Context(), key, token, func() error {
-		r.apply(key, token, val, true)
-		return nil
-	})
-	var stale *fence.StaleError
-	switch {
-	case errors.As(err, &stale):
+	// Guarded: the fencehttp middleware admits the token with the
+	// MemoryGuard (409 Conflict if stale) and runs the handlers of one
+	// key one at a time.
+	rec := &statusRecorder{ResponseWriter: w}
+	r.guarded.ServeHTTP(rec, req)
+	if rec.status == http.StatusConflict {
 		r.apply(key, token, val, false)
-		http.Error(w, err.Error(), http.StatusConflict)
-	case err != nil:
-		http.Error(w, err.Error(), http.StatusBadRequest)
-	default:
-		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// statusRecorder remembers the status a handler answered.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
 }
 
 func (r *memRegister) handleRead(w http.ResponseWriter, req *http.Request) {
@@ -177,7 +186,7 @@ func (c *httpRegisterClient) Write(ctx context.Context, key string, token int64,
 	if err != nil {
 		return ResUnknown, err
 	}
-	req.Header.Set(TokenHeader, strconv.FormatInt(token, 10))
+	req.Header.Set(fencehttp.Header, strconv.FormatInt(token, 10))
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return ResUnknown, err
