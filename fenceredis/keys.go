@@ -1,0 +1,126 @@
+package fenceredis
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Key layout. For a lock key K and the prefix P (default "fence:"):
+//
+//	P{E}            the lock: a string holding the owner id, with the lease's TTL
+//	P{E}:holder     a hash: token, meta (JSON); same TTL as the lock
+//	P{E}:token      the token counter; outlives the lock by the retention
+//	P{E}:released   the pub/sub channel a release is announced on
+//
+// E is K with '%', '{' and '}' percent-encoded, so it holds no brace: the
+// hash tag of all four names is exactly E, whatever K contains, and they
+// live in one Redis Cluster slot. The encoding is one-to-one, so distinct
+// keys stay distinct; only the lock name ends in '}', so a SCAN for locks
+// does not see the other three.
+
+// DefaultPrefix starts the name of every key fenceredis writes for locks.
+const DefaultPrefix = "fence:"
+
+type names struct {
+	lock, holder, counter, channel string
+}
+
+func lockNames(prefix, key string) names {
+	lock := prefix + "{" + escapeKey(key) + "}"
+	return names{
+		lock:    lock,
+		holder:  lock + ":holder",
+		counter: lock + ":token",
+		channel: lock + ":released",
+	}
+}
+
+// escapeKey percent-encodes '%', '{' and '}'.
+func escapeKey(key string) string {
+	if !strings.ContainsAny(key, "%{}") {
+		return key
+	}
+	var b strings.Builder
+	b.Grow(len(key) + 8)
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '%', '{', '}':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// unescapeKey reverses escapeKey.
+func unescapeKey(e string) (string, error) {
+	if !strings.Contains(e, "%") {
+		return e, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(e); i++ {
+		if e[i] != '%' {
+			b.WriteByte(e[i])
+			continue
+		}
+		if i+2 >= len(e) {
+			return "", fmt.Errorf("fenceredis: bad escape in %q", e)
+		}
+		switch e[i+1 : i+3] {
+		case "25":
+			b.WriteByte('%')
+		case "7B":
+			b.WriteByte('{')
+		case "7D":
+			b.WriteByte('}')
+		default:
+			return "", fmt.Errorf("fenceredis: bad escape in %q", e)
+		}
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// keyOfLock returns the lock key that the lock name name (as lockNames
+// makes it with prefix) stands for; false if name is not a lock name.
+func keyOfLock(prefix, name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, prefix+"{")
+	if !ok || !strings.HasSuffix(rest, "}") {
+		return "", false
+	}
+	rest = rest[:len(rest)-1]
+	if strings.ContainsAny(rest, "{}") {
+		return "", false
+	}
+	key, err := unescapeKey(rest)
+	return key, err == nil
+}
+
+// lockPattern is the SCAN MATCH pattern for the lock names of every key
+// that starts with keyPrefix.
+func lockPattern(prefix, keyPrefix string) string {
+	return globEscape(prefix+"{"+escapeKey(keyPrefix)) + "*}"
+}
+
+// globEscape escapes the characters Redis glob patterns treat specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\', '^', '-':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func checkPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("fenceredis: prefix %q must not contain '{' or '}': it would change the hash tag of the keys", prefix)
+	}
+	return nil
+}

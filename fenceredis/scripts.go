@@ -1,0 +1,215 @@
+package fenceredis
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing/fence"
+)
+
+// The Lua scripts: every store operation is one of them, atomic on the
+// server and one round trip. go-redis runs each by EVALSHA and falls back
+// to EVAL (which also loads it) when the server answers NOSCRIPT, as after
+// a restart or SCRIPT FLUSH.
+//
+// KEYS are always lock, holder, counter (see keys.go), all in one slot.
+// Numbers cross the Lua boundary as decimal strings made with
+// string.format('%d'), never by Lua's own number formatting; Lua numbers
+// are doubles, exact below 2^53 (tokens are microseconds since 1970, about
+// 2^50.6 in 2026).
+
+// heldReply is the tail shared by the scripts that report a holder:
+// {0, owner or false, pttl, token or false, meta or false}.
+const heldReply = `
+local function held()
+  return {0, redis.call('GET', KEYS[1]) or false, redis.call('PTTL', KEYS[1]),
+    redis.call('HGET', KEYS[2], 'token') or false, redis.call('HGET', KEYS[2], 'meta') or false}
+end
+`
+
+// nextToken is max(counter + 1, server time in microseconds): the counter
+// keeps tokens increasing while it exists, the time after it is gone
+// (expired, or lost with a restart of a server that keeps nothing).
+const nextToken = `
+local function next_token()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.max(tonumber(redis.call('GET', KEYS[3]) or '0') + 1, now)
+end
+`
+
+// acquireScript takes the lock and issues its token in one step. If the
+// lock is already this owner's, the request is a retry (go-redis retries
+// a command whose reply was lost) and gets the token issued the first time.
+// ARGV: owner, ttl ms, counter ttl ms, meta JSON.
+// Reply: {1, token} or heldReply.
+var acquireScript = redis.NewScript(heldReply + nextToken + `
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return {1, redis.call('HGET', KEYS[2], 'token') or false}
+  end
+  return held()
+end
+local token = string.format('%d', next_token())
+redis.call('SET', KEYS[3], token, 'PX', ARGV[3])
+redis.call('HSET', KEYS[2], 'token', token, 'meta', ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {1, token}
+`)
+
+// reserveScript is Redlock's first phase on one server: take the lock and
+// propose a token without issuing it. A retry proposes again.
+// ARGV: owner, ttl ms, meta JSON. Reply: {1, proposed token} or heldReply.
+var reserveScript = redis.NewScript(heldReply + nextToken + `
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return {1, string.format('%d', next_token())}
+  end
+  return held()
+end
+redis.call('HSET', KEYS[2], 'meta', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {1, string.format('%d', next_token())}
+`)
+
+// raiseScript is Redlock's second phase on one server: if the lock is
+// still this owner's, raise the counter to the chosen token.
+// ARGV: owner, token, counter ttl ms. Reply: 1, or 0 if not held.
+var raiseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
+  redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+else
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
+redis.call('HSET', KEYS[2], 'token', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+return 1
+`)
+
+// extendScript is compare-and-PEXPIRE. ARGV: owner, ttl ms, counter ttl
+// ms. Reply: 1, or 0 if not held.
+var extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
+`)
+
+// releaseScript is compare-and-DEL, then a message on the release channel:
+// sharded pub/sub on Redis 7 and later (the only ones with
+// redis.REDIS_VERSION_NUM), plain pub/sub before. The waiters' side
+// (watch.go) makes the same choice from the same fact.
+// ARGV: owner, channel. Reply: 1, or 0 if not held.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+if redis.REDIS_VERSION_NUM then
+  redis.call('SPUBLISH', ARGV[2], 'released')
+else
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
+return 1
+`)
+
+// inspectScript reads the holder. Reply: heldReply; owner false if free.
+var inspectScript = redis.NewScript(heldReply + `
+return held()
+`)
+
+// versionScript returns the server's version as a number (70000 for
+// 7.0.0), or 0 before Redis 7.
+var versionScript = redis.NewScript(`return redis.REDIS_VERSION_NUM or 0`)
+
+// ms formats d in whole milliseconds, rounded up: a driver may grant more
+// than the TTL asked for, never less.
+func ms(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64((d+time.Millisecond-1)/time.Millisecond)), 10)
+}
+
+func encodeMeta(meta map[string]string) string {
+	if len(meta) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return "" // a map[string]string always marshals
+	}
+	return string(b)
+}
+
+// granted parses the {1, token} reply of acquireScript and reserveScript;
+// ok is false with the holder for heldReply.
+func granted(key string, reply any) (token int64, holder fence.Holder, ok bool, err error) {
+	vals, isSlice := reply.([]any)
+	if !isSlice || len(vals) == 0 {
+		return 0, holder, false, fmt.Errorf("fenceredis: unexpected script reply %v", reply)
+	}
+	if flag, _ := vals[0].(int64); flag == 1 && len(vals) == 2 {
+		token, err = toInt(vals[1])
+		if err == nil && token <= 0 {
+			err = fmt.Errorf("token %d", token)
+		}
+		if err != nil {
+			return 0, holder, false, fmt.Errorf("fenceredis: bad token in script reply: %v", err)
+		}
+		return token, holder, true, nil
+	}
+	holder, _, err = parseHolder(key, vals)
+	return 0, holder, false, err
+}
+
+// parseHolder parses heldReply. held is false if the lock is free.
+func parseHolder(key string, vals []any) (h fence.Holder, held bool, err error) {
+	if len(vals) != 5 {
+		return h, false, fmt.Errorf("fenceredis: unexpected holder reply %v", vals)
+	}
+	h.Key = key
+	owner, isString := vals[1].(string)
+	if !isString {
+		return h, false, nil
+	}
+	h.Owner = ownerOf(owner)
+	if pttl, _ := vals[2].(int64); pttl > 0 {
+		h.ExpiresIn = time.Duration(pttl) * time.Millisecond
+	}
+	if vals[3] != nil {
+		h.Token, _ = toInt(vals[3])
+	}
+	if m, _ := vals[4].(string); m != "" {
+		_ = json.Unmarshal([]byte(m), &h.Meta) // metadata is informational
+	}
+	return h, true, nil
+}
+
+// attemptSep separates the owner from a Redlock attempt's nonce in a lock
+// value. Owner ids are printable, so it never occurs in one.
+const attemptSep = "\x1f"
+
+// ownerOf returns the owner id in a lock value.
+func ownerOf(value string) string {
+	owner, _, _ := strings.Cut(value, attemptSep)
+	return owner
+}
+
+func toInt(v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("not an integer: %v (%T)", v, v)
+}
