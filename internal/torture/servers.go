@@ -143,6 +143,11 @@ func init() {
 	})
 }
 
+// zkSession is the ZooKeeper session timeout for leases of ttl: the TTL,
+// but at least 2 s, under which sessions fail to even connect on a loaded
+// machine (the client's connect timeout follows the session's).
+func zkSession(ttl time.Duration) time.Duration { return max(ttl, 2*time.Second) }
+
 // azureMinTTL is the shortest Azure blob lease (fenceazblob.MinTTL).
 const azureMinTTL = 15 * time.Second
 

@@ -31,7 +31,7 @@ var registerEnv = testserver.NewEnv("torture-register", nil)
 // short is a plan of a few seconds, with generous timing for two shared
 // cores and the race detector.
 func short(f Fault, noGuard bool) Config {
-	return Config{Fault: f, NoGuard: noGuard, TTL: 500 * time.Millisecond, Duration: 3500 * time.Millisecond, Work: 40 * time.Millisecond}
+	return Config{Fault: f, NoGuard: noGuard, TTL: 500 * time.Millisecond, Duration: 3 * time.Second, Work: 40 * time.Millisecond}
 }
 
 func openStore(t *testing.T, spec string) *Store {
@@ -104,7 +104,7 @@ func expectClean(t *testing.T, r *Result) {
 		t.Fatalf("guarded plan %s/%s failed: linearizable %s, %d stale writes accepted, violations:\n%s\nvisualization: %s",
 			r.Store, r.Fault, r.Linearizable, r.StaleAccepted, strings.Join(r.Violations, "\n"), r.HTML)
 	}
-	if r.Acquisitions < 3 || r.Writes < 3 {
+	if r.Acquisitions < 2 || r.Writes < 2 {
 		logWorkers(t, r)
 		t.Fatalf("plan %s/%s did too little to prove anything: %d acquisitions, %d writes", r.Store, r.Fault, r.Acquisitions, r.Writes)
 	}
@@ -120,31 +120,47 @@ func stores() []string { return KindNames() }
 // expects a clean history: no stale write accepted, linearizable, tokens in
 // order.
 func TestTorture(t *testing.T) {
-	for _, spec := range stores() {
-		t.Run(spec, func(t *testing.T) {
-			t.Parallel() // at most GOMAXPROCS stores at once; plans are mostly waiting
-			s := openStore(t, spec)
-			for _, f := range Faults {
-				if why := s.notApplicable(f); why != "" {
-					t.Logf("%s: not applicable to %s: %s", f, spec, why)
-					continue
-				}
-				if s.MinTTL() > time.Second && f != FaultNone && f != FaultPause {
-					// Azure leases last 15 s at least: each fault plan takes
-					// a minute. CI runs the pause; fence-torture runs the rest.
-					t.Logf("%s: skipped for %s, whose leases last at least %v", f, spec, s.MinTTL())
-					continue
-				}
-				t.Run(string(f), func(t *testing.T) {
-					r := run(t, s, short(f, false))
-					expectClean(t, r)
-					if f == FaultNone && r.Overlaps != 0 {
-						t.Errorf("%d overlapping leases with no fault injected", r.Overlaps)
-					}
-				})
+	eachStore(t, stores(), func(t *testing.T, spec string) {
+		s := openStore(t, spec)
+		for _, f := range Faults {
+			if why := s.notApplicable(f); why != "" {
+				t.Logf("%s: not applicable to %s: %s", f, spec, why)
+				continue
 			}
+			if s.MinTTL() > time.Second && f != FaultNone && f != FaultPause {
+				// Azure leases last 15 s at least: each fault plan takes
+				// a minute. CI runs the pause; fence-torture runs the rest.
+				t.Logf("%s: skipped for %s, whose leases last at least %v", f, spec, s.MinTTL())
+				continue
+			}
+			t.Run(string(f), func(t *testing.T) {
+				r := run(t, s, short(f, false))
+				expectClean(t, r)
+				if f == FaultNone && r.Overlaps != 0 {
+					t.Errorf("%d overlapping leases with no fault injected", r.Overlaps)
+				}
+			})
+		}
+	})
+}
+
+// storesAtOnce is how many stores are tortured at the same time: plans
+// mostly wait (on leases, on faults), so more than the two cores of CI's
+// machines; a slow machine makes plans do less, never pass wrongly.
+const storesAtOnce = 3
+
+// eachStore runs f as a subtest per store, storesAtOnce at a time.
+func eachStore(t *testing.T, specs []string, f func(t *testing.T, spec string)) {
+	sem := make(chan struct{}, storesAtOnce)
+	var wg sync.WaitGroup
+	for _, spec := range specs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.Run(spec, func(t *testing.T) { f(t, spec) })
 		})
 	}
+	wg.Wait()
 }
 
 // TestPauseBites: the pause plan really makes a paused holder's writes
@@ -163,32 +179,39 @@ func TestPauseBites(t *testing.T) {
 // without the guard, the pause plan must end in accepted stale writes and a
 // history that is not linearizable.
 func TestNoGuardShowsCorruption(t *testing.T) {
-	for _, spec := range ttlStores() {
-		t.Run(spec, func(t *testing.T) {
-			t.Parallel()
-			s := openStore(t, spec)
-			r := run(t, s, short(FaultPause, true))
-			if r.StaleAccepted == 0 || r.Linearizable != "Illegal" || r.OK() {
-				logWorkers(t, r)
-				t.Fatalf("without the guard the pause plan shows %d accepted stale writes and linearizable=%s; want the corruption shown",
-					r.StaleAccepted, r.Linearizable)
-			}
-			if r.HTML == "" {
-				t.Error("no visualization written for the failing history")
-			} else if fi, err := os.Stat(r.HTML); err != nil || fi.Size() == 0 {
-				t.Errorf("visualization %s: %v", r.HTML, err)
-			}
-		})
-	}
+	eachStore(t, ttlStores(), func(t *testing.T, spec string) {
+		s := openStore(t, spec)
+		r := run(t, s, short(FaultPause, true))
+		if r.Overlaps == 0 {
+			// No pause landed on a holder (it released first, or the
+			// machine was too slow for an episode to fit): that proves
+			// nothing either way, so try once more.
+			t.Logf("the pause did not bite (no overlapping leases); again")
+			r = run(t, s, short(FaultPause, true))
+		}
+		if r.StaleAccepted == 0 || r.Linearizable != "Illegal" || r.OK() {
+			logWorkers(t, r)
+			t.Fatalf("without the guard the pause plan shows %d accepted stale writes and linearizable=%s; want the corruption shown",
+				r.StaleAccepted, r.Linearizable)
+		}
+		if r.HTML == "" {
+			t.Error("no visualization written for the failing history")
+		} else if fi, err := os.Stat(r.HTML); err != nil || fi.Size() == 0 {
+			t.Errorf("visualization %s: %v", r.HTML, err)
+		}
+	})
 }
 
 // ttlStores are the stores whose leases expire while their holder is
 // stopped: where the pause plan makes two holders. On the others the lock
 // is bound to the holder's connection or process, which a pause keeps.
+// Azure's 15 s leases make a plan there last a minute: its guarded pause
+// plan runs in TestTorture; the proof that the checker can fail is made on
+// the others.
 func ttlStores() []string {
 	var out []string
 	for _, s := range stores() {
-		if !kinds[s].sessionBound {
+		if !kinds[s].sessionBound && kinds[s].scheme != "azblob+http" {
 			out = append(out, s)
 		}
 	}
