@@ -2,6 +2,7 @@ package torture
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -45,8 +46,11 @@ func openStore(t *testing.T, spec string) *Store {
 			tb.Fatalf("%v", err)
 		}
 	})
-	if err != nil {
-		testserver.Unavailable(t, "%v", err)
+	switch {
+	case errors.Is(err, testserver.ErrUnavailable):
+		testserver.Unavailable(t, "%v", err) // a skip, or a failure under FENCE_TEST_STRICT=1
+	case err != nil:
+		t.Fatalf("%v", err) // present but broken: always a failure
 	}
 	t.Cleanup(s.Close)
 	return s
@@ -66,8 +70,11 @@ func run(t *testing.T, s *Store, cfg Config) *Result {
 	}
 	if cfg.Register == RegisterPostgres {
 		dsn, err := registerDB()
-		if err != nil {
+		switch {
+		case errors.Is(err, testserver.ErrUnavailable):
 			testserver.Unavailable(t, "a PostgreSQL for the register: %v", err)
+		case err != nil:
+			t.Fatalf("a PostgreSQL for the register: %v", err)
 		}
 		cfg.RegisterDSN = dsn
 	}
