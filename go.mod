@@ -44,6 +44,8 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
+require github.com/anishathalye/porcupine v1.3.1
+
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/storage/internal v0.1.0 // indirect

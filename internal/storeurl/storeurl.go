@@ -59,6 +59,14 @@ func Register(name string, open OpenFunc, forms ...string) {
 	schemes[name] = scheme{open: open, forms: forms}
 }
 
+// Registered reports whether Open accepts URLs of scheme.
+func Registered(scheme string) bool {
+	mu.RLock()
+	defer mu.RUnlock()
+	_, ok := schemes[strings.ToLower(scheme)]
+	return ok
+}
+
 // Forms returns examples of every accepted store URL, sorted by scheme,
 // with "a plain path" for the file store.
 func Forms() []string {

@@ -120,6 +120,9 @@ func TestRegister(t *testing.T) {
 	if got == nil || got.Host != "h:1" || got.Path != "/p" || got.Query().Get("q") != "1" {
 		t.Errorf("driver got %v", got)
 	}
+	if !storeurl.Registered(strings.ToUpper(scheme)) || storeurl.Registered(scheme+"x") {
+		t.Errorf("Registered(%q) = false or Registered(%q) = true", scheme, scheme+"x")
+	}
 	if !strings.Contains(strings.Join(storeurl.Forms(), " "), scheme+"://...") {
 		t.Errorf("Forms() = %v lacks the default form", storeurl.Forms())
 	}

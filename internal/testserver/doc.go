@@ -51,6 +51,12 @@
 // restarted old master rejoins as a replica once the Sentinels reconfigure
 // it; WaitReady waits for that.
 //
+// # Outside tests
+//
+// Programs that are not tests (the torture tool) pass an *Env where a
+// testing.TB is asked for, inside Env.Do, which turns a failure or a skip
+// into an error; Env.Close kills what was started.
+//
 // # Missing programs: skip, or fail under FENCE_TEST_STRICT=1
 //
 // The servers' programs are found on PATH and where their packages put them

@@ -1,0 +1,230 @@
+// Command fence-torture runs fence's leases under faults and checks that
+// the fenced resource never takes a stale write.
+//
+// For each store and fault plan it starts worker processes (this program,
+// re-executed) that loop: acquire a key, make protected writes to a fenced
+// register with the lease's token, read it, release. Meanwhile it injects
+// the fault: SIGSTOP of a holder past its TTL, a network blackhole or delay
+// between a holder and the store (through a TCP fault proxy per worker),
+// SIGKILL of a holder, or a kill and restart of the store's server. Every
+// operation is recorded on the machine's monotonic clock and the history
+// checked with porcupine against a fenced-register model, and directly
+// (tokens only grow, no stale write accepted, no late grant reported held).
+//
+//	fence-torture [--store file,mem,redis,...|URL] [--fault all|pause,...]
+//	              [--workers 3] [--writes 3] [--ttl 1s] [--duration 6s]
+//	              [--no-guard] [--html DIR] [--json]
+//
+// See docs/reliability.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/torture"
+)
+
+const (
+	exitOK     = 0
+	exitFailed = 1 // a check failed (expected with --no-guard)
+	exitUsage  = 2
+)
+
+func main() {
+	if torture.IsWorker() {
+		os.Exit(torture.WorkerMain())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(runMain(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type options struct {
+	stores  []string
+	faults  []torture.Fault
+	cfg     torture.Config
+	json    bool
+	verbose bool
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("fence-torture", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `usage: fence-torture [flags]
+
+Runs fence leases under faults and checks the fenced register's history.
+
+Stores (--store, comma-separated): a store URL of a running store, or a
+name the tool sets up itself:
+`)
+		for _, k := range torture.Kinds() {
+			fmt.Fprintf(stderr, "  %-10s %s\n", k[0], k[1])
+		}
+		fmt.Fprintf(stderr, `
+Faults (--fault, comma-separated, or "all"): %s.
+
+Exit status: 0 if every check passed, 1 if one failed (as it must with
+--no-guard under the pause fault), 2 for a usage error.
+
+Flags:
+`, strings.Join(faultNames(), ", "))
+		fs.PrintDefaults()
+	}
+	stores := fs.String("store", "file,mem", "stores to torture (comma-separated names or URLs)")
+	faults := fs.String("fault", "all", "fault plans (comma-separated), or all")
+	fs.IntVar(&o.cfg.Workers, "workers", 3, "worker processes")
+	fs.IntVar(&o.cfg.Writes, "writes", 3, "protected writes per lease")
+	fs.IntVar(&o.cfg.Keys, "keys", 1, "keys the workers contend for")
+	fs.DurationVar(&o.cfg.TTL, "ttl", time.Second, "lease TTL; faults last about twice as long")
+	fs.DurationVar(&o.cfg.Duration, "duration", 6*time.Second, "how long each plan runs")
+	fs.DurationVar(&o.cfg.Work, "work", 30*time.Millisecond, "the slow step between a worker's lease check and each write")
+	fs.BoolVar(&o.cfg.NoGuard, "no-guard", false, "writes bypass the fencing token check (shows what fencing prevents)")
+	fs.StringVar(&o.cfg.Register, "register", torture.RegisterPostgres,
+		"the fenced register: postgres (a table guarded by fencepg's guard) or memory (served by this process, guarded by a fence.MemoryGuard)")
+	fs.StringVar(&o.cfg.RegisterDSN, "register-dsn", "", "PostgreSQL URL for the postgres register (default: start a private PostgreSQL)")
+	fs.StringVar(&o.cfg.HTMLDir, "html", ".", "directory for porcupine's visualization of a failing history")
+	fs.StringVar(&o.cfg.LogDir, "logs", "", "directory for the workers' logs (default: a new temporary directory)")
+	fs.Uint64Var(&o.cfg.Seed, "seed", 0, "random seed (default: random)")
+	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
+	fs.BoolVar(&o.verbose, "v", false, "print each fault as it is injected")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	for _, s := range strings.Split(*stores, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.stores = append(o.stores, s)
+		}
+	}
+	if *faults == "all" {
+		o.faults = torture.Faults
+	} else {
+		for _, s := range strings.Split(*faults, ",") {
+			f, err := torture.ParseFault(strings.TrimSpace(s))
+			if err != nil {
+				return nil, err
+			}
+			o.faults = append(o.faults, f)
+		}
+	}
+	switch {
+	case o.cfg.Register != torture.RegisterMemory && o.cfg.Register != torture.RegisterPostgres:
+		return nil, fmt.Errorf("--register %q: want postgres or memory", o.cfg.Register)
+	case len(o.stores) == 0:
+		return nil, errors.New("no store given")
+	case o.cfg.Workers < 2:
+		return nil, errors.New("--workers must be at least 2: one holder and one contender")
+	case o.cfg.TTL < 50*time.Millisecond:
+		return nil, errors.New("--ttl must be at least 50ms")
+	case o.cfg.Duration < 3*o.cfg.TTL:
+		return nil, fmt.Errorf("--duration must be at least three TTLs (%v) for a fault to fit", 3*o.cfg.TTL)
+	}
+	return o, nil
+}
+
+func faultNames() []string {
+	var out []string
+	for _, f := range torture.Faults {
+		out = append(out, string(f))
+	}
+	return out
+}
+
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fence-torture: %v\n", err)
+		return exitUsage
+	}
+	if o.verbose {
+		o.cfg.Progress = stderr
+	}
+	if o.cfg.LogDir == "" {
+		if o.cfg.LogDir, err = os.MkdirTemp("", "fence-torture-"); err != nil {
+			fmt.Fprintf(stderr, "fence-torture: %v\n", err)
+			return exitFailed
+		}
+	}
+	env := testserver.NewEnv("fence-torture", stderr)
+	defer env.Close()
+	if o.cfg.Register == torture.RegisterPostgres && o.cfg.RegisterDSN == "" {
+		if o.cfg.RegisterDSN, err = torture.StartRegisterDB(env); err != nil {
+			fmt.Fprintf(stderr, "fence-torture: starting a PostgreSQL for the register (or use --register memory): %v\n", err)
+			return exitFailed
+		}
+	}
+
+	var results []*torture.Result
+	failed := false
+	for _, spec := range o.stores {
+		if ctx.Err() != nil {
+			break
+		}
+		s, err := torture.OpenStore(spec, env)
+		if err != nil {
+			fmt.Fprintf(stderr, "fence-torture: %v\n", err)
+			failed = true
+			continue
+		}
+		for _, f := range o.faults {
+			if ctx.Err() != nil {
+				break
+			}
+			cfg := o.cfg
+			cfg.Fault = f
+			fmt.Fprintf(stderr, "fence-torture: %s, fault %s, guard %v ...\n", s.Name, f, !cfg.NoGuard)
+			r, err := torture.Run(ctx, s, cfg)
+			if err != nil {
+				fmt.Fprintf(stderr, "fence-torture: %s %s: %v\n", s.Name, f, err)
+				failed = true
+				continue
+			}
+			results = append(results, r)
+			failed = failed || !r.OK()
+		}
+		s.Close()
+	}
+
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(results)
+	} else {
+		fmt.Fprint(stdout, torture.Table(results))
+		for _, r := range results {
+			if r.OK() {
+				continue
+			}
+			fmt.Fprintf(stdout, "\n%s, fault %s, guard %v:\n", r.Store, r.Fault, r.Guard)
+			for _, v := range r.Violations {
+				fmt.Fprintf(stdout, "  - %s\n", v)
+			}
+			if r.HTML != "" {
+				fmt.Fprintf(stdout, "  visualization: %s\n", r.HTML)
+			}
+		}
+		fmt.Fprintf(stdout, "\nworker logs: %s\n", o.cfg.LogDir)
+	}
+	if failed || ctx.Err() != nil {
+		return exitFailed
+	}
+	return exitOK
+}

@@ -1,0 +1,363 @@
+package torture
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The fenced-register model: the specification the register must meet,
+// with or without a guard in front of it. A write with token t is accepted
+// iff t >= the highest token accepted before; a read returns the token and
+// value of the last accepted write. A write whose outcome is unknown may
+// take effect at any point after its call, or never (porcupine places it
+// after everything else).
+
+type regInput struct {
+	Key   string
+	Write bool
+	Token int64
+	Val   string
+}
+
+type regOutput struct {
+	Unknown  bool
+	Accepted bool
+	Token    int64
+	Val      string
+}
+
+type regState struct {
+	Max int64
+	Val string
+}
+
+// FencedRegister is the porcupine model of one fenced register per key.
+var FencedRegister = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range history {
+			k := op.Input.(regInput).Key
+			if _, ok := byKey[k]; !ok {
+				keys = append(keys, k)
+			}
+			byKey[k] = append(byKey[k], op)
+		}
+		slices.Sort(keys)
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	},
+	Init: func() any { return regState{} },
+	Step: func(s0, i0, o0 any) (bool, any) {
+		s, in, out := s0.(regState), i0.(regInput), o0.(regOutput)
+		if !in.Write {
+			return out.Unknown || (out.Token == s.Max && out.Val == s.Val), s
+		}
+		accept := in.Token >= s.Max
+		if !out.Unknown && out.Accepted != accept {
+			return false, s // a stale token accepted, or a fresh one refused
+		}
+		if accept {
+			return true, regState{Max: in.Token, Val: in.Val}
+		}
+		return true, s
+	},
+	DescribeOperation: func(i0, o0 any) string {
+		in, out := i0.(regInput), o0.(regOutput)
+		if !in.Write {
+			if out.Unknown {
+				return "read -> ?"
+			}
+			return fmt.Sprintf("read -> tok %d %q", out.Token, out.Val)
+		}
+		res := "refused"
+		switch {
+		case out.Unknown:
+			res = "unknown"
+		case out.Accepted:
+			res = "accepted"
+		}
+		return fmt.Sprintf("write tok %d %q -> %s", in.Token, in.Val, res)
+	},
+	DescribeState: func(s0 any) string {
+		s := s0.(regState)
+		return fmt.Sprintf("max tok %d, %q", s.Max, s.Val)
+	},
+}
+
+// Result is what one torture plan found: a row of the summary table.
+type Result struct {
+	Store string
+	Fault Fault
+	Guard bool
+	TTL   time.Duration // the leases' TTL
+	// NA, if set, says why the fault does not apply to the store; the plan
+	// did not run.
+	NA string
+
+	Acquisitions  int // successful acquisitions
+	Overlaps      int // pairs of leases on a key that two workers believed held at the same moment
+	StaleRefused  int // writes the register refused for a stale token
+	StaleAccepted int // writes the register accepted although a higher token had been accepted
+	Losses        int // leases whose holder detected the loss (ErrLost)
+	Writes        int // write attempts
+	Unknown       int // writes with unknown outcome (timed out, worker killed)
+	Faults        int // fault episodes injected
+	// Linearizable is porcupine's verdict on the register's history
+	// against FencedRegister: Ok, Illegal or Unknown (timed out).
+	Linearizable porcupine.CheckResult
+	// Violations lists every failed direct check.
+	Violations []string
+	// HTML is the porcupine visualization written for a history that is
+	// not linearizable, if any.
+	HTML string
+	// LogDir holds the workers' standard error.
+	LogDir   string
+	Duration time.Duration
+
+	info   porcupine.LinearizationInfo
+	ops    []porcupine.Operation
+	leases []leaseSpan
+}
+
+// OK reports whether the plan found nothing wrong.
+func (r *Result) OK() bool {
+	return r.NA != "" || (len(r.Violations) == 0 && r.Linearizable == porcupine.Ok)
+}
+
+// leaseSpan is a lease as its holder believed in it: from the return of its
+// acquire to its release call, the detected loss, or the holder's death.
+type leaseSpan struct {
+	W          int
+	Key        string
+	Token      int64
+	Call, From int64 // acquire call and return
+	To         int64
+	Valid      int64
+}
+
+// analyze checks a history. end is the time the plan ended.
+func analyze(r *Result, events []Event, applied []Applied, end int64, timeout time.Duration) {
+	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
+
+	type opKey struct {
+		w  int
+		id int64
+	}
+	calls := map[opKey]Event{}
+	rets := map[opKey]Event{}
+	type leaseKey struct {
+		w     int
+		key   string
+		token int64
+	}
+	dead := map[int]int64{} // worker -> killed or exited at
+	lost := map[leaseKey]int64{}
+	releasing := map[leaseKey]int64{}
+	for _, e := range events {
+		switch {
+		case e.Op == OpKill || e.Op == OpExit:
+			if _, ok := dead[e.W]; !ok {
+				dead[e.W] = e.T
+			}
+		case e.Op == OpLost:
+			k := leaseKey{e.W, e.Key, e.Token}
+			if _, ok := lost[k]; !ok {
+				lost[k] = e.T
+			}
+		case e.Op == OpFault && !e.End:
+			r.Faults++
+		case e.Ph == Call:
+			calls[opKey{e.W, e.ID}] = e
+			if e.Op == OpRelease {
+				releasing[leaseKey{e.W, e.Key, e.Token}] = e.T
+			}
+		case e.Ph == Ret:
+			rets[opKey{e.W, e.ID}] = e
+			if e.Op == OpRelease && e.Res == ResLost {
+				k := leaseKey{e.W, e.Key, e.Token}
+				if _, ok := lost[k]; !ok {
+					lost[k] = e.T
+				}
+			}
+		}
+	}
+	r.Losses = len(lost)
+
+	// Leases, and the register operations for porcupine.
+	var acquires []leaseSpan
+	for k, c := range calls {
+		ret, done := rets[k]
+		switch c.Op {
+		case OpAcquire:
+			if !done || ret.Res != ResOK {
+				continue
+			}
+			s := leaseSpan{W: c.W, Key: c.Key, Token: ret.Token, Call: c.T, From: ret.T, To: end, Valid: ret.Valid}
+			lk := leaseKey{c.W, c.Key, ret.Token}
+			for _, t := range []int64{lost[lk], releasing[lk], dead[c.W]} {
+				if t != 0 && t < s.To {
+					s.To = t
+				}
+			}
+			acquires = append(acquires, s)
+		case OpWrite:
+			r.Writes++
+			op := porcupine.Operation{ClientId: c.W, Input: regInput{Key: c.Key, Write: true, Token: c.Token, Val: c.Val}, Call: c.T}
+			if done && (ret.Res == ResOK || ret.Res == ResStale) {
+				op.Output, op.Return = regOutput{Accepted: ret.Res == ResOK}, ret.T
+			} else {
+				r.Unknown++
+				op.Output, op.Return = regOutput{Unknown: true}, math.MaxInt64
+			}
+			r.ops = append(r.ops, op)
+		case OpRead:
+			if done && ret.Res == ResOK { // a failed read changed nothing
+				r.ops = append(r.ops, porcupine.Operation{ClientId: c.W, Input: regInput{Key: c.Key},
+					Call: c.T, Output: regOutput{Token: ret.Token, Val: ret.Val}, Return: ret.T})
+			}
+		}
+	}
+	slices.SortFunc(acquires, func(a, b leaseSpan) int { return cmp.Compare(a.From, b.From) })
+	slices.SortFunc(r.ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	r.leases = acquires
+	r.Acquisitions = len(acquires)
+
+	// Overlaps: two workers believing they hold the same key at once.
+	for i, a := range acquires {
+		for _, b := range acquires[i+1:] {
+			if a.Key == b.Key && a.W != b.W && b.From < a.To && a.From < b.To {
+				r.Overlaps++
+			}
+		}
+	}
+
+	r.Violations = append(r.Violations, checkTokens(acquires)...)
+
+	// The register's own view: a write accepted with a token lower than one
+	// accepted before it.
+	for _, a := range applied {
+		if !a.Accepted {
+			r.StaleRefused++
+		} else if a.Stale {
+			r.StaleAccepted++
+			if r.StaleAccepted <= 5 {
+				r.Violations = append(r.Violations, fmt.Sprintf("register accepted a stale write on %q: token %d after token %d", a.Key, a.Token, a.Highest))
+			}
+		}
+	}
+	if r.StaleAccepted > 5 {
+		r.Violations = append(r.Violations, fmt.Sprintf("... %d stale writes accepted in all", r.StaleAccepted))
+	}
+	r.Violations = append(r.Violations, checkClientWrites(r.ops)...)
+
+	res, info := porcupine.CheckOperationsVerbose(FencedRegister, r.ops, timeout)
+	r.Linearizable, r.info = res, info
+	switch res {
+	case porcupine.Illegal:
+		r.Violations = append(r.Violations, "the register's history is not linearizable against the fenced-register model")
+	case porcupine.Unknown:
+		r.Violations = append(r.Violations, fmt.Sprintf("linearizability check did not finish within %v", timeout))
+	}
+}
+
+// checkTokens: tokens strictly increase per key in acquisition order (an
+// acquisition that returned before another began has the lower token);
+// no token is granted twice; and no acquisition is reported held after one
+// with a higher token was (its reply came after its lease had expired).
+func checkTokens(acquires []leaseSpan) []string {
+	var v []string
+	byKey := map[string][]leaseSpan{}
+	for _, a := range acquires {
+		byKey[a.Key] = append(byKey[a.Key], a)
+		if a.Valid <= 0 {
+			v = append(v, fmt.Sprintf("worker %d was reported holding %q (token %d) with no validity left", a.W, a.Key, a.Token))
+		}
+	}
+	for key, as := range byKey { // sorted by return time
+		seen := map[int64]int{}
+		for _, a := range as {
+			if w, dup := seen[a.Token]; dup {
+				v = append(v, fmt.Sprintf("token %d for %q granted twice (workers %d and %d)", a.Token, key, w, a.W))
+			}
+			seen[a.Token] = a.W
+		}
+		byCall := slices.Clone(as)
+		slices.SortFunc(byCall, func(a, b leaseSpan) int { return cmp.Compare(a.Call, b.Call) })
+		// Sweep: the highest token among acquisitions returned before b began.
+		var hi leaseSpan
+		i := 0
+		for _, b := range byCall {
+			for i < len(as) && as[i].From < b.Call {
+				if as[i].Token > hi.Token {
+					hi = as[i]
+				}
+				i++
+			}
+			if hi.Token >= b.Token {
+				v = append(v, fmt.Sprintf("tokens for %q went back: worker %d got %d after worker %d had got %d", key, b.W, b.Token, hi.W, hi.Token))
+			}
+		}
+		var top leaseSpan
+		for _, a := range as { // by return time
+			if a.Token < top.Token {
+				v = append(v, fmt.Sprintf("worker %d was reported holding %q with token %d after worker %d had been granted token %d: a late reply reported as held",
+					a.W, key, a.Token, top.W, top.Token))
+			}
+			if a.Token > top.Token {
+				top = a
+			}
+		}
+	}
+	slices.Sort(v)
+	return v
+}
+
+// checkClientWrites: as the writers saw it, no write was accepted with a
+// token lower than one whose acceptance had already returned.
+func checkClientWrites(ops []porcupine.Operation) []string {
+	var accepted []porcupine.Operation
+	for _, op := range ops {
+		in, out := op.Input.(regInput), op.Output.(regOutput)
+		if in.Write && !out.Unknown && out.Accepted {
+			accepted = append(accepted, op)
+		}
+	}
+	byRet := slices.Clone(accepted)
+	slices.SortFunc(byRet, func(a, b porcupine.Operation) int { return cmp.Compare(a.Return, b.Return) })
+	var v []string
+	hi := map[string]porcupine.Operation{}
+	i := 0
+	for _, b := range accepted { // by call time
+		for i < len(byRet) && byRet[i].Return < b.Call {
+			k := byRet[i].Input.(regInput).Key
+			if byRet[i].Input.(regInput).Token > tokenOf(hi[k]) {
+				hi[k] = byRet[i]
+			}
+			i++
+		}
+		in := b.Input.(regInput)
+		if h, ok := hi[in.Key]; ok && tokenOf(h) > in.Token {
+			if len(v) < 5 {
+				v = append(v, fmt.Sprintf("worker %d's write with token %d on %q was accepted after worker %d's write with token %d had been",
+					b.ClientId, in.Token, in.Key, h.ClientId, tokenOf(h)))
+			}
+		}
+	}
+	return v
+}
+
+func tokenOf(op porcupine.Operation) int64 {
+	if op.Input == nil {
+		return 0
+	}
+	return op.Input.(regInput).Token
+}

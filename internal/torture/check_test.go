@@ -1,0 +1,177 @@
+package torture
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// history builds events with times in milliseconds.
+type history struct {
+	events []Event
+	ids    int64
+}
+
+func (h *history) op(w int, op, key string, call, ret int64, tok int64, val, res string) {
+	h.ids++
+	h.events = append(h.events,
+		Event{W: w, Op: op, Ph: Call, ID: h.ids, T: call * 1e6, Key: key, Token: tok, Val: val},
+		Event{W: w, Op: op, Ph: Ret, ID: h.ids, T: ret * 1e6, Key: key, Token: tok, Val: val, Res: res, Valid: int64(time.Second)})
+}
+
+// acquire: the call carries no token; the return does.
+func (h *history) acquire(w int, key string, call, ret, tok int64) {
+	h.ids++
+	h.events = append(h.events,
+		Event{W: w, Op: OpAcquire, Ph: Call, ID: h.ids, T: call * 1e6, Key: key},
+		Event{W: w, Op: OpAcquire, Ph: Ret, ID: h.ids, T: ret * 1e6, Key: key, Token: tok, Res: ResOK, Valid: int64(time.Second)})
+}
+
+func (h *history) write(w int, key string, call, ret, tok int64, val, res string) {
+	h.op(w, OpWrite, key, call, ret, tok, val, res)
+}
+
+func (h *history) release(w int, key string, at, tok int64) {
+	h.op(w, OpRelease, key, at, at+1, tok, "", ResOK)
+}
+
+func check(h *history, applied []Applied) *Result {
+	r := &Result{}
+	analyze(r, h.events, applied, 1e6*1e6, 10*time.Second)
+	return r
+}
+
+func TestAnalyzeClean(t *testing.T) {
+	var h history
+	h.acquire(0, "k", 0, 1, 1)
+	h.write(0, "k", 2, 3, 1, "a", ResOK)
+	h.op(0, OpRead, "k", 4, 5, 1, "a", ResOK)
+	h.release(0, "k", 6, 1)
+	h.acquire(1, "k", 3, 8, 2)
+	h.write(1, "k", 9, 10, 2, "b", ResOK)
+	h.release(1, "k", 11, 2)
+	// The same tokens on another key are another lock.
+	h.acquire(2, "j", 0, 1, 1)
+	h.write(2, "j", 7, 8, 1, "c", ResOK)
+	h.release(2, "j", 20, 1)
+	r := check(&h, nil)
+	if !r.OK() || r.Overlaps != 0 || r.Acquisitions != 3 || r.Writes != 3 {
+		t.Fatalf("clean history: ok %v, overlaps %d, acquisitions %d, writes %d, violations %q", r.OK(), r.Overlaps, r.Acquisitions, r.Writes, r.Violations)
+	}
+}
+
+// pause is DESIGN.md's scenario: A holds 33, pauses, B takes 34 and writes,
+// A wakes and writes with 33.
+func pause(res string) *history {
+	var h history
+	h.acquire(0, "k", 0, 1, 33)
+	h.acquire(1, "k", 1, 11, 34)
+	h.write(1, "k", 13, 14, 34, "b", ResOK)
+	h.write(0, "k", 16, 17, 33, "a", res)
+	h.release(0, "k", 18, 33)
+	h.release(1, "k", 20, 34)
+	return &h
+}
+
+func TestAnalyzePauseGuarded(t *testing.T) {
+	h := pause(ResStale)
+	r := check(h, []Applied{{Key: "k", Token: 34, Accepted: true}, {Key: "k", Token: 33, Highest: 34}})
+	if !r.OK() || r.Overlaps != 1 || r.StaleRefused != 1 || r.StaleAccepted != 0 {
+		t.Fatalf("guarded pause: ok %v, overlaps %d, refused %d, accepted %d, violations %q", r.OK(), r.Overlaps, r.StaleRefused, r.StaleAccepted, r.Violations)
+	}
+}
+
+func TestAnalyzePauseUnguarded(t *testing.T) {
+	h := pause(ResOK)
+	r := check(h, []Applied{{Key: "k", Token: 34, Accepted: true}, {Key: "k", Token: 33, Accepted: true, Stale: true, Highest: 34}})
+	if r.OK() || r.Linearizable != porcupine.Illegal || r.StaleAccepted != 1 {
+		t.Fatalf("unguarded pause: ok %v, linearizable %s, accepted %d", r.OK(), r.Linearizable, r.StaleAccepted)
+	}
+	all := strings.Join(r.Violations, "\n")
+	for _, want := range []string{"register accepted a stale write", "worker 0's write with token 33", "not linearizable"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("violations lack %q:\n%s", want, all)
+		}
+	}
+}
+
+func TestAnalyzeUnknownWrite(t *testing.T) {
+	// A's write timed out: it may have landed before B's, after it
+	// (refused) or never. Each is fine.
+	var h history
+	h.acquire(0, "k", 0, 1, 1)
+	h.write(0, "k", 2, 5, 1, "a", ResUnknown)
+	h.acquire(1, "k", 3, 6, 2)
+	h.write(1, "k", 7, 8, 2, "b", ResOK)
+	h.op(1, OpRead, "k", 9, 10, 2, "b", ResOK)
+	h.events = append(h.events, Event{W: 2, Op: OpWrite, Ph: Call, ID: 99, T: 11e6, Key: "k", Token: 1, Val: "c"}) // killed mid-write
+	r := check(&h, nil)
+	if !r.OK() || r.Unknown != 2 {
+		t.Fatalf("unknown writes: ok %v, unknown %d, violations %q", r.OK(), r.Unknown, r.Violations)
+	}
+}
+
+func TestAnalyzeBadReads(t *testing.T) {
+	var h history
+	h.acquire(0, "k", 0, 1, 1)
+	h.write(0, "k", 2, 3, 1, "a", ResOK)
+	h.op(0, OpRead, "k", 4, 5, 0, "", ResOK) // lost the write
+	r := check(&h, nil)
+	if r.Linearizable != porcupine.Illegal {
+		t.Fatalf("a read missing an acknowledged write: linearizable %s", r.Linearizable)
+	}
+}
+
+func TestAnalyzeTokens(t *testing.T) {
+	for name, tc := range map[string]struct {
+		build func(h *history)
+		want  string
+	}{
+		"went back": {func(h *history) {
+			h.acquire(0, "k", 0, 1, 5)
+			h.release(0, "k", 2, 5)
+			h.acquire(1, "k", 3, 4, 4)
+		}, "tokens for \"k\" went back"},
+		"granted twice": {func(h *history) {
+			h.acquire(0, "k", 0, 1, 5)
+			h.release(0, "k", 2, 5)
+			h.acquire(1, "k", 3, 4, 5)
+		}, "granted twice"},
+		"late reply": {func(h *history) {
+			h.acquire(0, "k", 0, 9, 5) // its reply came last
+			h.acquire(1, "k", 1, 5, 6)
+		}, "late reply reported as held"},
+		"no validity": {func(h *history) {
+			h.events = append(h.events,
+				Event{W: 0, Op: OpAcquire, Ph: Call, ID: 1, T: 0, Key: "k"},
+				Event{W: 0, Op: OpAcquire, Ph: Ret, ID: 1, T: 1, Key: "k", Token: 1, Res: ResOK})
+		}, "no validity left"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var h history
+			tc.build(&h)
+			r := check(&h, nil)
+			if r.OK() || !strings.Contains(strings.Join(r.Violations, "\n"), tc.want) {
+				t.Errorf("violations %q; want one with %q", r.Violations, tc.want)
+			}
+		})
+	}
+}
+
+func TestAnalyzeOverlapEnds(t *testing.T) {
+	// A belief ends at the release call, at a detected loss, at a kill.
+	var h history
+	h.acquire(0, "k", 0, 1, 1)
+	h.events = append(h.events, Event{W: 0, Op: OpLost, T: 5e6, Key: "k", Token: 1})
+	h.acquire(1, "k", 2, 6, 2)
+	h.events = append(h.events, Event{W: 1, Op: OpKill, T: 7e6})
+	h.acquire(2, "k", 3, 8, 3)
+	h.release(2, "k", 9, 3)
+	h.acquire(0, "k", 6, 10, 4)
+	r := check(&h, nil)
+	if r.Overlaps != 0 || r.Losses != 1 || !r.OK() {
+		t.Fatalf("overlaps %d, losses %d, violations %q", r.Overlaps, r.Losses, r.Violations)
+	}
+}

@@ -1,0 +1,276 @@
+package torture
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencemem"
+	"github.com/fencing/fence/internal/storeurl"
+)
+
+// The "mem" store of the torture tool: a fencemem.Store in the parent
+// process, served over HTTP to the worker processes. fencemem itself lives
+// in one process; serving it gives the tool a store with real TTL leases
+// and a network hop (so every fault applies) that needs no server program.
+// It is the tool's own and not a fence store: the scheme is registered by
+// this package only.
+
+// MemScheme is the store URL scheme of the served memory store:
+// torturemem://127.0.0.1:port.
+const MemScheme = "torturemem"
+
+func init() {
+	storeurl.Register(MemScheme, openMemClient, MemScheme+"://host:port (the torture tool's served memory store)")
+}
+
+type memServer struct {
+	store *fencemem.Store
+	ln    net.Listener
+	srv   *http.Server
+
+	mu     sync.Mutex
+	claims map[string]fence.Claim // by owner
+}
+
+type memRequest struct {
+	Key   string            `json:"key"`
+	Owner string            `json:"owner"`
+	TTL   time.Duration     `json:"ttl"`
+	Meta  map[string]string `json:"meta,omitempty"`
+}
+
+type memReply struct {
+	Token     int64         `json:"token,omitempty"`
+	Owner     string        `json:"owner,omitempty"`
+	ExpiresIn time.Duration `json:"expires_in,omitempty"`
+	Error     string        `json:"error,omitempty"`
+}
+
+func newMemServer() (*memServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &memServer{store: fencemem.New(), ln: ln, claims: map[string]fence.Claim{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /acquire", s.handle(s.acquire))
+	mux.HandleFunc("POST /extend", s.handle(s.extend))
+	mux.HandleFunc("POST /release", s.handle(s.release))
+	mux.HandleFunc("POST /watch", s.handle(s.watch))
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: time.Minute}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *memServer) Addr() string { return s.ln.Addr().String() }
+
+func (s *memServer) Close() error { return s.srv.Close() }
+
+func (s *memServer) handle(op func(context.Context, memRequest) (int, memReply)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req memRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		code, reply := op(r.Context(), req)
+		if code == http.StatusNoContent {
+			w.WriteHeader(code)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(reply)
+	}
+}
+
+func (s *memServer) acquire(ctx context.Context, req memRequest) (int, memReply) {
+	c, err := s.store.TryAcquire(ctx, fence.Request{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Meta: req.Meta})
+	var held *fence.HeldError
+	switch {
+	case errors.As(err, &held):
+		r := memReply{Error: err.Error()}
+		if h := held.Holder; h != nil {
+			r.Owner, r.Token, r.ExpiresIn = h.Owner, h.Token, h.ExpiresIn
+		}
+		return http.StatusConflict, r
+	case err != nil:
+		return http.StatusInternalServerError, memReply{Error: err.Error()}
+	}
+	s.mu.Lock()
+	s.claims[req.Owner] = c
+	s.mu.Unlock()
+	return http.StatusOK, memReply{Token: c.Token()}
+}
+
+func (s *memServer) claim(owner string) fence.Claim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claims[owner]
+}
+
+func (s *memServer) extend(ctx context.Context, req memRequest) (int, memReply) {
+	c := s.claim(req.Owner)
+	if c == nil {
+		return http.StatusGone, memReply{Error: "no such claim"}
+	}
+	if err := c.Extend(ctx, req.TTL); err != nil {
+		return notHeldStatus(err), memReply{Error: err.Error()}
+	}
+	return http.StatusOK, memReply{}
+}
+
+func (s *memServer) release(ctx context.Context, req memRequest) (int, memReply) {
+	c := s.claim(req.Owner)
+	if c == nil {
+		return http.StatusGone, memReply{Error: "no such claim"}
+	}
+	err := c.Release(ctx)
+	if err == nil || errors.Is(err, fence.ErrNotHeld) {
+		s.mu.Lock()
+		delete(s.claims, req.Owner)
+		s.mu.Unlock()
+	}
+	if err != nil {
+		return notHeldStatus(err), memReply{Error: err.Error()}
+	}
+	return http.StatusOK, memReply{}
+}
+
+// watch answers 200 when key may have been released, 204 after a while
+// without news: a long poll.
+func (s *memServer) watch(ctx context.Context, req memRequest) (int, memReply) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ch, err := s.store.Watch(ctx, req.Key)
+	if err != nil {
+		return http.StatusInternalServerError, memReply{Error: err.Error()}
+	}
+	select {
+	case <-ch:
+		return http.StatusOK, memReply{}
+	case <-ctx.Done():
+		return http.StatusNoContent, memReply{}
+	}
+}
+
+func notHeldStatus(err error) int {
+	if errors.Is(err, fence.ErrNotHeld) {
+		return http.StatusGone
+	}
+	return http.StatusInternalServerError
+}
+
+// memClient is the driver the workers use for torturemem:// URLs.
+type memClient struct {
+	base string
+	hc   *http.Client
+}
+
+func openMemClient(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
+	if u.Host == "" {
+		return nil, nil, fmt.Errorf("%w: %s needs host:port", storeurl.ErrBadURL, MemScheme)
+	}
+	c := &memClient{base: "http://" + u.Host, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+	return c, c, nil
+}
+
+func (c *memClient) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+func (c *memClient) call(ctx context.Context, op string, req memRequest) (int, memReply, error) {
+	body, _ := json.Marshal(req)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/"+op, bytes.NewReader(body))
+	if err != nil {
+		return 0, memReply{}, err
+	}
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		return 0, memReply{}, err
+	}
+	defer resp.Body.Close()
+	var r memReply
+	if resp.StatusCode == http.StatusNoContent {
+		return resp.StatusCode, r, nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return resp.StatusCode, r, fmt.Errorf("%s: %s: %w", op, resp.Status, err)
+	}
+	return resp.StatusCode, r, nil
+}
+
+func (c *memClient) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	code, r, err := c.call(ctx, "acquire", memRequest{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Meta: req.Meta})
+	switch {
+	case err != nil:
+		return nil, err
+	case code == http.StatusConflict:
+		return nil, &fence.HeldError{Key: req.Key, Holder: &fence.Holder{Key: req.Key, Owner: r.Owner, Token: r.Token, ExpiresIn: r.ExpiresIn}}
+	case code != http.StatusOK:
+		return nil, fmt.Errorf("acquire: %d: %s", code, r.Error)
+	}
+	return &memClaim{c: c, key: req.Key, owner: req.Owner, token: r.Token}, nil
+}
+
+// Watch implements fence.Watcher with long polls. A release between
+// Watch returning and the first poll reaching the server goes unseen; the
+// Client then wakes at the holder's expiry or its poll bound instead.
+func (c *memClient) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	ch := make(chan struct{}, 1)
+	go func() {
+		defer close(ch)
+		for ctx.Err() == nil {
+			code, _, err := c.call(ctx, "watch", memRequest{Key: key})
+			switch {
+			case err != nil:
+				sleep(ctx, 50*time.Millisecond)
+			case code == http.StatusOK:
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return ch, nil
+}
+
+type memClaim struct {
+	c     *memClient
+	key   string
+	owner string
+	token int64
+}
+
+func (m *memClaim) Token() int64 { return m.token }
+
+func (m *memClaim) Extend(ctx context.Context, ttl time.Duration) error {
+	return m.do(ctx, "extend", ttl)
+}
+
+func (m *memClaim) Release(ctx context.Context) error { return m.do(ctx, "release", 0) }
+
+func (m *memClaim) do(ctx context.Context, op string, ttl time.Duration) error {
+	code, r, err := m.c.call(ctx, op, memRequest{Key: m.key, Owner: m.owner, TTL: ttl})
+	switch {
+	case err != nil:
+		return err
+	case code == http.StatusGone:
+		return fmt.Errorf("%w: %s", fence.ErrNotHeld, r.Error)
+	case code != http.StatusOK:
+		return fmt.Errorf("%s: %d: %s", op, code, r.Error)
+	}
+	return nil
+}

@@ -1,0 +1,645 @@
+package torture
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencing/fence/internal/faultproxy"
+)
+
+// Fault is a fault plan: what the parent does to the workers, the network
+// or the store while the workers run.
+type Fault string
+
+// The fault plans.
+const (
+	// FaultNone injects nothing: the baseline.
+	FaultNone Fault = "none"
+	// FaultPause stops a worker that has just acquired with SIGSTOP for
+	// twice the TTL, then resumes it with SIGCONT: DESIGN.md section 1.
+	FaultPause Fault = "pause"
+	// FaultBlackhole cuts a worker that has just acquired from the store
+	// and the register (its proxies hold every byte, both ways) for twice
+	// the TTL, then heals: a partition.
+	FaultBlackhole Fault = "blackhole"
+	// FaultDelay delays a holder's traffic to the store and the register,
+	// alternately by a third of the TTL and by 0.6 TTL (both ±jitter) each
+	// way, for twice the TTL: slow renewals, and acquire replies that
+	// arrive after the lease has expired.
+	FaultDelay Fault = "delay"
+	// FaultKill kills a worker that holds a lease with SIGKILL, at a random
+	// point in its writes, and starts a new worker in its place.
+	FaultKill Fault = "kill"
+	// FaultRestart kills the store's server (or one cluster member), keeps
+	// it down for 1.5 TTL and restarts it. Only for servers the tool
+	// started itself.
+	FaultRestart Fault = "restart"
+)
+
+// Faults lists every fault plan, in the summary's order.
+var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart}
+
+// ParseFault returns the fault plan named s.
+func ParseFault(s string) (Fault, error) {
+	for _, f := range Faults {
+		if string(f) == s {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("unknown fault %q (known: %s)", s, faultNames())
+}
+
+func faultNames() string {
+	names := make([]string, len(Faults))
+	for i, f := range Faults {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Config is one torture plan.
+type Config struct {
+	Fault    Fault
+	Workers  int           // worker processes; default 3
+	Writes   int           // protected writes per lease; default 3
+	Keys     int           // keys contended for; default 1
+	TTL      time.Duration // lease TTL; default 1s
+	Duration time.Duration // how long the workers run; default 6s
+	Work     time.Duration // the slow step before each write; default 30ms
+	NoGuard  bool          // writes bypass the token check
+	Register string        // RegisterMemory (default) or RegisterPostgres
+	// RegisterDSN is the PostgreSQL the postgres register lives in.
+	RegisterDSN string
+	// Command returns the command that runs a worker; its process must
+	// call WorkerMain when IsWorker. Default: this program, re-executed.
+	Command func() *exec.Cmd
+	// LogDir receives the workers' standard error; default: a new
+	// temporary directory, named in the Result.
+	LogDir string
+	// HTMLDir, if set, receives porcupine's visualization of a history
+	// that is not linearizable.
+	HTMLDir string
+	// CheckTimeout bounds the linearizability check; default 60s.
+	CheckTimeout time.Duration
+	Seed         uint64
+	// Progress, if set, receives a line per fault injected.
+	Progress io.Writer
+}
+
+// Registers the workers can write to.
+const (
+	RegisterMemory   = "memory"
+	RegisterPostgres = "postgres"
+)
+
+func (c *Config) defaults() {
+	if c.Fault == "" {
+		c.Fault = FaultNone
+	}
+	if c.Workers <= 0 {
+		c.Workers = 3
+	}
+	if c.Writes <= 0 {
+		c.Writes = 3
+	}
+	if c.Keys <= 0 {
+		c.Keys = 1
+	}
+	if c.TTL <= 0 {
+		c.TTL = time.Second
+	}
+	if c.Duration <= 0 {
+		c.Duration = 6 * time.Second
+	}
+	if c.Work <= 0 {
+		c.Work = 30 * time.Millisecond
+	}
+	if c.Register == "" {
+		c.Register = RegisterMemory
+	}
+	if c.CheckTimeout <= 0 {
+		c.CheckTimeout = time.Minute
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Command == nil {
+		c.Command = func() *exec.Cmd {
+			exe, err := os.Executable()
+			if err != nil {
+				exe = os.Args[0]
+			}
+			return exec.Command(exe)
+		}
+	}
+}
+
+// Run runs one torture plan against store and checks its history.
+func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
+	cfg.defaults()
+	if cfg.TTL < store.minTTL {
+		cfg.TTL = store.minTTL
+	}
+	// Room for one fault episode at least.
+	if min := store.holdTime(cfg.TTL) + 3*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
+		cfg.Duration = min
+	}
+	r := &Result{Store: store.Name, Fault: cfg.Fault, Guard: !cfg.NoGuard, TTL: cfg.TTL}
+	if why := store.notApplicable(cfg.Fault); why != "" {
+		r.NA = why
+		return r, nil
+	}
+	p := &plan{cfg: cfg, store: store, acquired: make(chan *slot, 64), rng: rand.New(rand.NewPCG(cfg.Seed, 1))}
+	start := time.Now()
+	err := p.run(ctx, r)
+	r.Duration = time.Since(start)
+	return r, err
+}
+
+// plan is one run in the parent.
+type plan struct {
+	cfg   Config
+	store *Store
+	reg   registerServer
+	slots []*slot
+	keys  []string
+	rng   *rand.Rand
+
+	mu       sync.Mutex
+	events   []Event
+	nextID   int
+	acquired chan *slot // a worker in this slot just acquired
+	readers  sync.WaitGroup
+}
+
+// slot is a place for one worker, with its own proxies to the store's
+// servers and to the register. A killed worker's replacement takes its slot.
+type slot struct {
+	idx      int
+	proxies  []*faultproxy.Proxy // to the store's servers, in order
+	regProxy *faultproxy.Proxy
+	proc     *proc // current worker; guarded by plan.mu
+}
+
+type proc struct {
+	ready   chan struct{} // closed at its first event
+	id      int
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	done    chan struct{} // closed when it exited and its events are read
+	holding bool          // guarded by plan.mu
+	stopped bool          // SIGSTOPped; guarded by plan.mu
+}
+
+func (p *plan) run(ctx context.Context, r *Result) (err error) {
+	cfg := p.cfg
+	if cfg.LogDir == "" {
+		if cfg.LogDir, err = os.MkdirTemp("", "fence-torture-"); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		return err
+	}
+	r.LogDir = cfg.LogDir
+	p.cfg.LogDir = cfg.LogDir
+	suffix := fmt.Sprintf("%x", rand.Uint32())
+	for i := range cfg.Keys {
+		p.keys = append(p.keys, fmt.Sprintf("torture/%s/%s/k%d", cfg.Fault, suffix, i))
+	}
+
+	switch cfg.Register {
+	case RegisterMemory:
+		p.reg, err = newMemRegister(cfg.NoGuard)
+	case RegisterPostgres:
+		if cfg.RegisterDSN == "" {
+			return errors.New("the postgres register needs a PostgreSQL (Config.RegisterDSN)")
+		}
+		p.reg, err = newPGRegister(ctx, cfg.RegisterDSN, p.keys)
+	default:
+		err = fmt.Errorf("unknown register %q", cfg.Register)
+	}
+	if err != nil {
+		return err
+	}
+	defer p.reg.Close()
+
+	for i := range cfg.Workers {
+		s := &slot{idx: i}
+		p.slots = append(p.slots, s)
+		for _, addr := range p.store.addrs {
+			px, err := faultproxy.New(addr)
+			if err != nil {
+				return err
+			}
+			defer px.Close()
+			s.proxies = append(s.proxies, px)
+		}
+		if s.regProxy, err = faultproxy.New(p.reg.Addr()); err != nil {
+			return err
+		}
+		defer s.regProxy.Close()
+	}
+	defer p.killAll()
+	for _, s := range p.slots {
+		if err := p.spawn(s); err != nil {
+			return err
+		}
+	}
+
+	// The plan's clock starts once every worker is up (started, store and
+	// register open): starting processes is slow on a loaded machine.
+	readyBy := time.After(30 * time.Second)
+	for _, s := range p.slots {
+		select {
+		case <-s.proc.ready:
+		case <-readyBy:
+		case <-ctx.Done():
+		}
+	}
+	deadline := time.Now().Add(cfg.Duration)
+	p.faults(ctx, deadline)
+	for _, s := range p.slots {
+		for _, px := range s.proxies {
+			px.Heal()
+		}
+		s.regProxy.Heal()
+	}
+	p.stopAll()
+	end := Now()
+
+	applied, err := p.reg.Log(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the register's log: %w", err)
+	}
+	p.mu.Lock()
+	events := append([]Event(nil), p.events...)
+	p.mu.Unlock()
+	writeHistory(filepath.Join(cfg.LogDir, fmt.Sprintf("%s-%s-%s-history.jsonl", safeName(r.Store), r.Fault, guardName(r.Guard))), events, applied)
+	analyze(r, events, applied, end, cfg.CheckTimeout)
+	if r.Linearizable != "Ok" && cfg.HTMLDir != "" {
+		_ = os.MkdirAll(cfg.HTMLDir, 0o755)
+		path := filepath.Join(cfg.HTMLDir, fmt.Sprintf("torture-%s-%s-%s.html", safeName(r.Store), r.Fault, guardName(r.Guard)))
+		if err := writeHTML(r, events, path); err != nil {
+			r.Violations = append(r.Violations, "writing the visualization: "+err.Error())
+		} else {
+			r.HTML = path
+		}
+	}
+	return nil
+}
+
+// writeHistory saves the events, then the register's log, one JSON object
+// a line, for a look after the fact. Failing to is not worth failing for.
+func writeHistory(path string, events []Event, applied []Applied) {
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, e := range events {
+		_ = enc.Encode(e)
+	}
+	for _, a := range applied {
+		_ = enc.Encode(struct {
+			Applied Applied `json:"applied"`
+		}{a})
+	}
+	_ = w.Flush()
+}
+
+func guardName(g bool) string {
+	if g {
+		return "guard"
+	}
+	return "noguard"
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// record appends a parent event.
+func (p *plan) record(e Event) {
+	if e.T == 0 {
+		e.T = Now()
+	}
+	p.mu.Lock()
+	p.events = append(p.events, e)
+	p.mu.Unlock()
+}
+
+func (p *plan) fault(desc string, end bool) {
+	p.record(Event{W: -1, Op: OpFault, Fault: desc, End: end})
+	if !end {
+		fmt.Fprintf(p.cfg.Progress, "  %s %s: %s\n", p.store.Name, p.cfg.Fault, desc)
+	}
+}
+
+// spawn starts a new worker in slot s.
+func (p *plan) spawn(s *slot) error {
+	p.mu.Lock()
+	id := p.nextID
+	p.nextID++
+	p.mu.Unlock()
+	addrs := make([]string, len(s.proxies))
+	for i, px := range s.proxies {
+		addrs[i] = px.Addr()
+	}
+	wc := workerConfig{
+		ID:       id,
+		Store:    p.store.url(addrs, p.cfg.TTL),
+		Register: p.reg.ClientURL(s.regProxy.Addr()),
+		RegKind:  p.cfg.Register,
+		NoGuard:  p.cfg.NoGuard,
+		Keys:     p.keys,
+		TTL:      p.cfg.TTL,
+		Writes:   p.cfg.Writes,
+		Work:     p.cfg.Work,
+		Seed:     p.cfg.Seed,
+	}
+	js, _ := json.Marshal(wc)
+	cmd := p.cfg.Command()
+	cmd.Env = append(os.Environ(), WorkerEnv+"="+string(js))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logf, err := os.Create(filepath.Join(p.cfg.LogDir, fmt.Sprintf("%s-%s-worker%d.log", safeName(p.store.Name), p.cfg.Fault, id)))
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child has its own copy
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting worker: %w", err)
+	}
+	pr := &proc{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{}), ready: make(chan struct{})}
+	p.mu.Lock()
+	s.proc = pr
+	p.mu.Unlock()
+	p.readers.Add(1)
+	go p.read(s, pr, stdout)
+	return nil
+}
+
+// read collects a worker's events until it exits.
+func (p *plan) read(s *slot, pr *proc, stdout io.Reader) {
+	defer p.readers.Done()
+	defer close(pr.done)
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var readyOnce sync.Once
+	defer readyOnce.Do(func() { close(pr.ready) })
+	for sc.Scan() {
+		readyOnce.Do(func() { close(pr.ready) })
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			continue // not an event: a stray line
+		}
+		e.W = pr.id
+		p.mu.Lock()
+		p.events = append(p.events, e)
+		switch {
+		case e.Op == OpAcquire && e.Ph == Ret && e.Res == ResOK:
+			pr.holding = true
+		case e.Op == OpRelease && e.Ph == Call, e.Op == OpLost:
+			pr.holding = false
+		}
+		p.mu.Unlock()
+		if e.Op == OpAcquire && e.Ph == Ret && e.Res == ResOK {
+			select {
+			case p.acquired <- s:
+			default:
+			}
+		}
+	}
+	_ = pr.cmd.Wait()
+	p.mu.Lock()
+	pr.holding = false
+	p.mu.Unlock()
+	p.record(Event{W: pr.id, Op: OpExit})
+}
+
+// stopAll resumes every worker, asks each to stop (closing its standard
+// input: it releases its lease and exits) and waits for them, killing any
+// that does not end in time.
+func (p *plan) stopAll() {
+	p.mu.Lock()
+	var procs []*proc
+	for _, s := range p.slots {
+		if s.proc != nil {
+			procs = append(procs, s.proc)
+		}
+	}
+	p.mu.Unlock()
+	for _, pr := range procs {
+		_ = pr.cmd.Process.Signal(syscall.SIGCONT)
+		_ = pr.stdin.Close()
+	}
+	timeout := time.After(6*p.cfg.TTL + 10*time.Second)
+	for _, pr := range procs {
+		select {
+		case <-pr.done:
+		case <-timeout:
+			p.record(Event{W: pr.id, Op: OpKill})
+			_ = pr.cmd.Process.Kill()
+			<-pr.done
+		}
+	}
+	p.readers.Wait()
+}
+
+// killAll kills whatever still runs (after an error).
+func (p *plan) killAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.slots {
+		if s.proc != nil && s.proc.cmd.ProcessState == nil {
+			_ = s.proc.cmd.Process.Kill()
+		}
+	}
+}
+
+// holder waits for a worker that has just acquired and still holds its
+// lease, until deadline. nil if none came.
+func (p *plan) holder(ctx context.Context, deadline time.Time) (*slot, *proc) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-timer.C:
+			return nil, nil
+		case s := <-p.acquired:
+			p.mu.Lock()
+			pr := s.proc
+			ok := pr != nil && pr.holding && !pr.stopped
+			p.mu.Unlock()
+			if ok {
+				return s, pr
+			}
+		}
+	}
+}
+
+// drain forgets acquisitions seen so far, so the next fault targets a
+// fresh one.
+func (p *plan) drain() {
+	for {
+		select {
+		case <-p.acquired:
+		default:
+			return
+		}
+	}
+}
+
+func (p *plan) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(p.rng.Int64N(int64(d)))
+}
+
+// faults injects the plan's fault until deadline. Every episode it starts
+// ends before the deadline, so the workers run their last stretch
+// undisturbed and the plan ends clean.
+func (p *plan) faults(ctx context.Context, deadline time.Time) {
+	ttl := p.cfg.TTL
+	// A pause or partition lasts past the time the store may keep the
+	// holder's lease, and a TTL more for another worker to take it.
+	cut := p.store.holdTime(ttl) + ttl
+	episode := cut + ttl/2 // the longest episode, and a margin
+	fits := func() time.Time { return deadline.Add(-episode) }
+	wait := func(d time.Duration) { sleep(ctx, d) }
+
+	// Let every worker start and the first holder settle in.
+	wait(ttl / 2)
+	switch p.cfg.Fault {
+	case FaultNone:
+		wait(time.Until(deadline))
+	case FaultPause:
+		for n := 1; time.Now().Before(fits()); n++ {
+			p.drain()
+			_, pr := p.holder(ctx, fits())
+			if pr == nil {
+				break
+			}
+			wait(p.jitter(p.cfg.Work / 2)) // into the slow step before a write
+			p.signal(pr, syscall.SIGSTOP)
+			p.fault(fmt.Sprintf("pause worker %d (SIGSTOP) for %v", pr.id, cut), false)
+			time.Sleep(cut)
+			p.signal(pr, syscall.SIGCONT)
+			p.fault(fmt.Sprintf("resume worker %d (SIGCONT)", pr.id), true)
+			wait(ttl / 2)
+		}
+	case FaultBlackhole, FaultDelay:
+		for n := 0; time.Now().Before(fits()); n++ {
+			p.drain()
+			s, pr := p.holder(ctx, fits())
+			if pr == nil {
+				break
+			}
+			wait(p.jitter(p.cfg.Work / 2))
+			var desc string
+			if p.cfg.Fault == FaultBlackhole {
+				desc = fmt.Sprintf("blackhole worker %d from store and register for %v", pr.id, cut)
+				p.each(s, func(px *faultproxy.Proxy) { px.Blackhole(faultproxy.Both) })
+			} else {
+				d := ttl / 3
+				if n%2 == 1 {
+					d = ttl * 6 / 10
+				}
+				desc = fmt.Sprintf("delay worker %d's traffic by %v±%v each way for %v", pr.id, d, ttl/10, cut)
+				p.each(s, func(px *faultproxy.Proxy) { px.Delay(d, ttl/10) })
+			}
+			p.fault(desc, false)
+			time.Sleep(cut)
+			p.each(s, func(px *faultproxy.Proxy) { px.Heal() })
+			p.fault(fmt.Sprintf("heal worker %d", pr.id), true)
+			wait(ttl / 2)
+		}
+	case FaultKill:
+		for time.Now().Before(fits()) {
+			p.drain()
+			s, pr := p.holder(ctx, fits())
+			if pr == nil {
+				break
+			}
+			wait(p.jitter(time.Duration(p.cfg.Writes) * p.cfg.Work))
+			p.record(Event{W: pr.id, Op: OpKill})
+			_ = pr.cmd.Process.Kill()
+			p.fault(fmt.Sprintf("kill worker %d (SIGKILL)", pr.id), false)
+			<-pr.done
+			wait(ttl / 4)
+			if err := p.spawn(s); err != nil {
+				p.fault("respawn failed: "+err.Error(), true)
+				return
+			}
+			p.fault(fmt.Sprintf("worker %d replaces worker %d", p.nextProcID()-1, pr.id), true)
+			wait(ttl)
+		}
+	case FaultRestart:
+		for time.Now().Before(fits()) {
+			wait(ttl / 2)
+			down := ttl * 3 / 2
+			desc, err := p.store.restart(down, func(what string) { p.fault(what, false) })
+			if err != nil {
+				p.fault("restart failed: "+err.Error(), true)
+				return
+			}
+			p.fault(desc, true)
+			wait(ttl)
+		}
+	}
+	wait(time.Until(deadline))
+}
+
+func (p *plan) nextProcID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nextID
+}
+
+func (p *plan) each(s *slot, f func(*faultproxy.Proxy)) {
+	for _, px := range s.proxies {
+		f(px)
+	}
+	f(s.regProxy)
+}
+
+func (p *plan) signal(pr *proc, sig syscall.Signal) {
+	p.mu.Lock()
+	pr.stopped = sig == syscall.SIGSTOP
+	p.mu.Unlock()
+	_ = pr.cmd.Process.Signal(sig)
+}

@@ -1,0 +1,165 @@
+package torture
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/internal/testserver"
+)
+
+// Stores on private servers that the tool starts through internal/testserver
+// (and kills at the end). Each needs its driver's URL scheme registered in
+// internal/storeurl; kinds whose driver is not built in say so.
+
+func init() {
+	server := func(name, scheme, about string, open func(env *testserver.Env) (*Store, error)) {
+		kinds[name] = kind{about: about, scheme: scheme, open: open}
+	}
+	sessionBound := func(name string) {
+		k := kinds[name]
+		k.sessionBound = true
+		kinds[name] = k
+	}
+	defer sessionBound("postgres-session")
+	defer sessionBound("mysql")
+	server("redis", "redis", "a private redis-server (no persistence: a restart loses every lease)", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.RedisServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.Redis(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs:   []string{srv.Addr()},
+			url:     func(a []string, _ time.Duration) string { return "redis://" + a[0] },
+			restart: restartProcess(env, "redis-server", srv.Process),
+		}, nil
+	})
+	server("redlock", "redlock", "Redlock over three private redis-servers (the restart fault restarts one)", func(env *testserver.Env) (*Store, error) {
+		var srvs []*testserver.RedisServer
+		if err := env.Do(func(tb testing.TB) { srvs = testserver.Redises(tb, 3) }); err != nil {
+			return nil, err
+		}
+		var addrs []string
+		for _, s := range srvs {
+			addrs = append(addrs, s.Addr())
+		}
+		return &Store{
+			addrs:   addrs,
+			url:     func(a []string, _ time.Duration) string { return "redlock://" + strings.Join(a, ",") },
+			restart: restartOneOf(env, "redis-server", srvs[0].Process, srvs[1].Process, srvs[2].Process),
+		}, nil
+	})
+	pg := func(query string) func(env *testserver.Env) (*Store, error) {
+		return func(env *testserver.Env) (*Store, error) {
+			var srv *testserver.PostgresServer
+			if err := env.Do(func(tb testing.TB) { srv = testserver.Postgres(tb) }); err != nil {
+				return nil, err
+			}
+			return &Store{
+				addrs: []string{srv.Addr()},
+				url: func(a []string, _ time.Duration) string {
+					return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable%s", a[0], srv.Database(), query)
+				},
+				restart: restartProcess(env, "postgres", srv.Process),
+			}, nil
+		}
+	}
+	server("postgres", "postgres", "a private PostgreSQL, lease mode (a row per key)", pg(""))
+	server("postgres-session", "postgres", "a private PostgreSQL, session mode (advisory lock on a dedicated connection)", pg("&mode=session"))
+	server("mysql", "mysql", "a private MariaDB (GET_LOCK on a dedicated connection)", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.MariaDBServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.MariaDB(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs: []string{srv.Addr()},
+			url: func(a []string, _ time.Duration) string {
+				return fmt.Sprintf("mysql://root@%s/%s", a[0], srv.Database())
+			},
+			restart: restartProcess(env, "mariadbd", srv.Process),
+		}, nil
+	})
+	server("etcd", "etcd", "a private single-member etcd", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.EtcdServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.Etcd(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs:   []string{srv.Addr()},
+			url:     func(a []string, _ time.Duration) string { return "etcd://" + a[0] },
+			restart: restartProcess(env, "etcd", srv.Process),
+			// fenceetcd's session lease: 1.5 TTL in whole seconds, at
+			// least etcd's minimum of 2 s, counted from the last keepalive.
+			hold: func(ttl time.Duration) time.Duration {
+				return max(2*time.Second, (ttl*3/2+time.Second-1).Truncate(time.Second)) + ttl/4
+			},
+		}, nil
+	})
+	server("zk", "zk", "a private ZooKeeper", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.ZooKeeperServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.ZooKeeper(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs: []string{srv.Addr()},
+			url: func(a []string, ttl time.Duration) string {
+				// The session must end with the lease: a paused holder's
+				// session then expires like a TTL lease.
+				return "zk://" + a[0] + "/fence?session_timeout=" + ttl.String()
+			},
+			// The server expires sessions on its tick (200 ms here).
+			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
+			restart: restartProcess(env, "zookeeper", srv.Process),
+		}, nil
+	})
+	server("azblob", "azblob+http", "a private Azurite (Azure Blob leases: TTL 15 s to 60 s, so plans run with TTL 15 s)", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.AzuriteServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.Azurite(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs: []string{srv.Addr()},
+			url: func(a []string, _ time.Duration) string {
+				return "azblob+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
+			},
+			restart: restartProcess(env, "azurite", srv.Process),
+			minTTL:  azureMinTTL,
+		}, nil
+	})
+	server("nats", "nats", "a private nats-server with JetStream", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.NATSServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.NATS(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs:   []string{srv.Addr()},
+			url:     func(a []string, _ time.Duration) string { return "nats://" + a[0] },
+			restart: restartProcess(env, "nats-server", srv.Process),
+			// Per-message TTLs are whole seconds, rounded up.
+			hold: func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
+		}, nil
+	})
+}
+
+// zkSession is the ZooKeeper session timeout for leases of ttl: the TTL,
+// but at least 2 s, under which sessions fail to even connect on a loaded
+// machine (the client's connect timeout follows the session's).
+func zkSession(ttl time.Duration) time.Duration { return max(ttl, 2*time.Second) }
+
+// azureMinTTL is the shortest Azure blob lease (fenceazblob.MinTTL).
+const azureMinTTL = 15 * time.Second
+
+// restartOneOf restarts the members in turn, one per episode.
+func restartOneOf(env *testserver.Env, name string, ps ...*testserver.Process) func(time.Duration, func(string)) (string, error) {
+	n := 0
+	return func(down time.Duration, started func(string)) (string, error) {
+		i := n % len(ps)
+		n++
+		return restartProcess(env, fmt.Sprintf("%s %d of %d", name, i+1, len(ps)), ps[i])(down, started)
+	}
+}
+
+// builtIn reports whether kind k's driver is in this build.
+func (k kind) builtIn() bool { return k.scheme == "" || storeurl.Registered(k.scheme) }
