@@ -522,11 +522,11 @@ func TestGuardRefusalIsASpanEvent(t *testing.T) {
 func TestWarnsWhenWorkRepeatedlyOutlastsTTL(t *testing.T) {
 	ctx := ctxT(t)
 	var logs syncBuffer
-	c := fence.New(fencemem.New(), fence.WithTTL(60*time.Millisecond),
+	c := fence.New(fencemem.New(), fence.WithTTL(300*time.Millisecond),
 		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	for i := range 2 {
 		if err := c.Run(ctx, "slow", func(context.Context, *fence.Lease) error {
-			time.Sleep(120 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond)
 			return nil
 		}); err != nil {
 			t.Fatal(err)

@@ -107,6 +107,11 @@ func (p *Partitions) Run(ctx context.Context, work func(ctx context.Context, par
 	defer tick.Stop()
 	for {
 		if member == nil || member.Err() != nil {
+			if member != nil {
+				// Lost (for example, renewals too slow): let the store
+				// forget it (compare-and-delete) before joining again.
+				p.release(ctx, member)
+			}
 			var err error
 			if member, err = p.join(ctx, cfg); err != nil && ctx.Err() == nil {
 				return err
