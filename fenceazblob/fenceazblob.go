@@ -187,7 +187,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			h := holderFrom(req.Key, props.Metadata, props.LeaseState)
 			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 		}
-		token, err := nextToken(props.Metadata, props.LastModified)
+		token, err := nextToken(props.Metadata, serverTime(props.Date, props.LastModified))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
@@ -365,4 +365,13 @@ func (s *Store) Break(ctx context.Context, key string) error {
 		return notHeld("fenceazblob: break "+strconv.Quote(key), err)
 	}
 	return nil
+}
+
+// serverTime is the store's clock as a response tells it: its Date header,
+// or the blob's last modification where a response has no date.
+func serverTime(date, lastModified *time.Time) *time.Time {
+	if date != nil {
+		return date
+	}
+	return lastModified
 }

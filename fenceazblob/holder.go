@@ -84,25 +84,28 @@ func counter(md map[string]*string) (int64, bool) {
 }
 
 // nextToken returns the token the next acquisition of a blob issues: one
-// more than its counter. A blob without a counter (new, or recreated or
-// overwritten after someone deleted it or its metadata) starts from the
-// store's clock: the second after its last modification, in microseconds.
-// Since the counter grows by one per acquisition and the store's clock by
-// a million per second, that is above every token issued for the key
-// before, unless the blob was deleted and recreated within the second it
-// was first created, or the store's clock went back.
-func nextToken(md map[string]*string, lastModified *time.Time) (int64, error) {
-	if n, ok := counter(md); ok {
-		if n == 1<<63-1 {
-			return 0, fmt.Errorf("token counter exhausted")
-		}
-		return n + 1, nil
+// more than its counter, and at least the store's clock in microseconds
+// (at the second's resolution Azure's timestamps have). The counter grows
+// by one per acquisition, far slower than the clock's million a second, so
+// the clock seed keeps tokens increasing even when the counter goes back or
+// is lost: a blob deleted and recreated, its metadata overwritten, an older
+// copy restored, an emulator or a geo-failover that lost the last writes.
+// The one assumption: the store's clock does not go back, and a counter
+// that goes back loses no more than what was issued before the current
+// second.
+func nextToken(md map[string]*string, now *time.Time) (int64, error) {
+	var seed int64 = 1
+	if now != nil {
+		seed = max(seed, now.Unix()*1e6)
 	}
-	var t time.Time
-	if lastModified != nil {
-		t = *lastModified
+	n, ok := counter(md)
+	if !ok {
+		return seed, nil
 	}
-	return max(1, (t.Unix()+1)*1e6), nil
+	if n == 1<<63-1 {
+		return 0, fmt.Errorf("token counter exhausted")
+	}
+	return max(n+1, seed), nil
 }
 
 // held reports whether a lease state keeps the key from other acquirers.
