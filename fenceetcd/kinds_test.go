@@ -137,27 +137,42 @@ func TestSemaphoreFIFOTokens(t *testing.T) {
 		})
 		waitKindEntries(t, ctx, cli, d0, "s", "sem", limit+i+1)
 	}
-	// One release admits exactly one waiter, the first.
-	if err := h2.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	// Free one slot at a time: two slots freed at once would admit two
+	// waiters together, and the order they report in would be a race.
+	granted := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			n := len(order)
+			mu.Unlock()
+			if n == want {
+				break
+			}
+			if n > want || time.Now().After(deadline) {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("after %d releases, waiters %v got slots; want the first %d", want, order, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Long enough for a wrongly admitted waiter to show up.
+		time.Sleep(200 * time.Millisecond)
 		mu.Lock()
 		n := len(order)
 		mu.Unlock()
-		if n == 1 {
-			break
+		if n != want {
+			t.Fatalf("after %d releases, %d waiters got slots", want, n)
 		}
-		if n > 1 || time.Now().After(deadline) {
-			t.Fatalf("after one release, waiters %v got slots; want [0]", order)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond)
+	if err := h2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	granted(1)
 	if err := h1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	granted(2)
 	mu.Lock()
 	first := leases[order[0]]
 	mu.Unlock()
