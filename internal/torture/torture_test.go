@@ -134,12 +134,6 @@ func TestTorture(t *testing.T) {
 				t.Logf("%s: not applicable to %s: %s", f, spec, why)
 				continue
 			}
-			if s.MinTTL() > time.Second && f != FaultNone && f != FaultPause {
-				// Azure leases last 15 s at least: each fault plan takes
-				// a minute. CI runs the pause; fence-torture runs the rest.
-				t.Logf("%s: skipped for %s, whose leases last at least %v", f, spec, s.MinTTL())
-				continue
-			}
 			t.Run(string(f), func(t *testing.T) {
 				r := run(t, s, short(f, false))
 				expectClean(t, r)
