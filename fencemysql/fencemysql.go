@@ -175,10 +175,14 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 	d.qTry = `SELECT CONNECTION_ID(), GET_LOCK(?, 0), IF(IS_USED_LOCK(?) = CONNECTION_ID(), GET_LOCK(?, 0), 0),
 			t.lock_key, IS_USED_LOCK(?), t.holder_id, t.owner, t.token, t.meta
 		FROM (SELECT 1) AS one LEFT JOIN ` + T + ` AS t ON t.name = ?`
-	// The token: LAST_INSERT_ID(expr) hands it back in the reply.
+	// The token: LAST_INSERT_ID(expr) hands it back in the reply. It is
+	// seeded from the server's clock in microseconds, so a counter that
+	// went back (a failover to an asynchronous replica that lost the last
+	// bumps, a restored backup) still yields a token above every earlier.
+	const us = `CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)`
 	d.qBump = `INSERT INTO ` + T + ` (name, lock_key, token, owner, holder_id, meta, acquired_at)
-		VALUES (?, ?, LAST_INSERT_ID(1), ?, CONNECTION_ID(), ?, NOW(6))
-		ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), owner = VALUES(owner),
+		VALUES (?, ?, LAST_INSERT_ID(` + us + `), ?, CONNECTION_ID(), ?, NOW(6))
+		ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(GREATEST(token + 1, ` + us + `)), owner = VALUES(owner),
 			holder_id = VALUES(holder_id), meta = VALUES(meta), acquired_at = VALUES(acquired_at)`
 	d.qHolder = `SELECT IS_USED_LOCK(?), t.lock_key, t.holder_id, t.owner, t.token, t.meta
 		FROM (SELECT 1) AS one LEFT JOIN ` + T + ` AS t ON t.name = ?`

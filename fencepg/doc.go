@@ -8,12 +8,16 @@
 // inserts the row or takes over a free or expired one, bumping its token,
 // and otherwise returns the current holder:
 //
-//	INSERT ... ON CONFLICT (key) DO UPDATE SET token = token + 1, ...
+//	INSERT ... ON CONFLICT (key) DO UPDATE
+//	    SET token = greatest(token + 1, <server clock in µs>), ...
 //	    WHERE owner IS NULL OR expires_at <= clock_timestamp()
 //
 // Only the database's clock judges expiry. Renewal and release compare the
-// owner. Releasing keeps the row and its token, so tokens never go back,
-// and sends a NOTIFY on which waiters wake (one LISTEN connection per
+// owner. Releasing keeps the row and its token, so tokens never go back;
+// seeding every token from the server's clock keeps them going up even
+// after a failover to an asynchronous replica that lost the last bumps,
+// assuming the new primary's clock is not behind the old one's. Release
+// sends a NOTIFY on which waiters wake (one LISTEN connection per
 // driver, shared by all its waiters); waiters also wake at the holder's
 // reported expiry. The lock is ordinary data: it survives reconnects,
 // restarts and a failover to a synchronous replica.

@@ -70,9 +70,9 @@ func NewLeaseDriver(pool *pgxpool.Pool, opts ...Option) (*LeaseDriver, error) {
 	// Releasing keeps the row and its token, so tokens never go back.
 	d.qAcquire = `WITH acq AS (
 		INSERT INTO ` + L + ` AS l (key, token, owner, expires_at, meta, acquired_at)
-		VALUES ($1, 1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond', $4, clock_timestamp())
+		VALUES ($1, ` + clockToken + `, $2, clock_timestamp() + $3::bigint * interval '1 microsecond', $4, clock_timestamp())
 		ON CONFLICT (key) DO UPDATE
-			SET token = l.token + 1, owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
+			SET token = ` + nextToken("l.token") + `, owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
 				meta = EXCLUDED.meta, acquired_at = EXCLUDED.acquired_at
 			WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp()
 		RETURNING l.token

@@ -58,8 +58,8 @@ func (d *SessionDriver) rwQueries() {
 	// $3 (owner) and $4 (meta) are not stored: many readers share the row.
 	bump := func(src, where string) string {
 		return `INSERT INTO ` + K + ` AS k (kind, key, slot, lock_id, token)
-			SELECT 'rw', $1, -1, $2, 1` + src + where + `
-			ON CONFLICT (kind, key, slot) DO UPDATE SET token = k.token + 1
+			SELECT 'rw', $1, -1, $2, ` + clockToken + src + where + `
+			ON CONFLICT (kind, key, slot) DO UPDATE SET token = ` + nextToken("k.token") + `
 			RETURNING k.token`
 	}
 	try := func(fn string) string {

@@ -15,6 +15,21 @@ import (
 	"github.com/fencing/fence"
 )
 
+// clockToken is the database server's clock in microseconds since the
+// epoch: the first token of a key, and the floor of every later one
+// (nextToken). Counters are ordinary rows, so an asynchronous replica that
+// is promoted without the last commits, or a restored backup, has an older
+// counter than tokens already handed out; seeding from the clock keeps the
+// next token above them all the same, assuming the new primary's clock is
+// not behind the old one's by more than the time since the lost commits.
+const clockToken = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+
+// nextToken is the SQL for the token after prev: prev + 1, or the server's
+// clock in microseconds if that is greater (DESIGN rule 2).
+func nextToken(prev string) string {
+	return `greatest(` + prev + ` + 1, ` + clockToken + `)`
+}
+
 // Tables names the tables fencepg uses. A zero field takes its default.
 // A name is an SQL identifier, optionally qualified by a schema
 // ("locking.fence_locks"): letters, digits and underscores, not starting

@@ -44,7 +44,7 @@ func (d *LeaseDriver) semaphoreQueries() {
 			AND NOT EXISTS (SELECT 1 FROM live WHERE live.lim <> $5::integer)
 		ORDER BY s LIMIT 1
 	), bump AS (
-		UPDATE ` + K + ` SET token = token + 1
+		UPDATE ` + K + ` SET token = ` + nextToken("token") + `
 		WHERE kind = 'semaphore' AND key = $1 AND slot = -1 AND EXISTS (SELECT 1 FROM free)
 		RETURNING token
 	), take AS (

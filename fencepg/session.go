@@ -82,9 +82,9 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 	d := &SessionDriver{pool: pool, ts: ts, auto: o.autoSetup, active: make(map[*sessionClaim]struct{})}
 	bumpFrom := func(src, where string) string {
 		return `INSERT INTO ` + T + ` AS t (key, lock_id, token, owner, holder_pid, meta, acquired_at)
-			SELECT $1, $2, 1, $3, pg_backend_pid(), $4, clock_timestamp()` + src + where + `
+			SELECT $1, $2, ` + clockToken + `, $3, pg_backend_pid(), $4, clock_timestamp()` + src + where + `
 			ON CONFLICT (key) DO UPDATE
-				SET token = t.token + 1, owner = EXCLUDED.owner, holder_pid = EXCLUDED.holder_pid,
+				SET token = ` + nextToken("t.token") + `, owner = EXCLUDED.owner, holder_pid = EXCLUDED.holder_pid,
 					meta = EXCLUDED.meta, acquired_at = EXCLUDED.acquired_at
 			RETURNING t.token`
 	}

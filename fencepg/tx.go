@@ -48,9 +48,9 @@ func NewTxLocker(opts ...Option) (*TxLocker, error) {
 	T := ts.tokens.quoted
 	bump := func(src string) string {
 		return `INSERT INTO ` + T + ` AS t (key, lock_id, token, owner, holder_pid, meta, acquired_at)
-			SELECT $1, $2, 1, NULL, pg_backend_pid(), NULL, clock_timestamp() FROM ` + src + `
+			SELECT $1, $2, ` + clockToken + `, NULL, pg_backend_pid(), NULL, clock_timestamp() FROM ` + src + `
 			ON CONFLICT (key) DO UPDATE
-				SET token = t.token + 1, owner = NULL, holder_pid = EXCLUDED.holder_pid,
+				SET token = ` + nextToken("t.token") + `, owner = NULL, holder_pid = EXCLUDED.holder_pid,
 					meta = NULL, acquired_at = EXCLUDED.acquired_at
 			RETURNING t.token`
 	}
