@@ -12,6 +12,10 @@
 // then the Client's renewal and validity timers are virtual too.
 //
 // A Store lives in one process: it offers no protection across processes.
+// Its tokens start at 1 for each key, so that tests can expect them; a new
+// Store (a restarted process) starts again at 1, unlike every other store,
+// whose tokens never go back. Protect a resource that outlives the process
+// with fencefile or a server store.
 package fencemem
 
 import (
