@@ -175,6 +175,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Release", s.release)
 	t.Run("Inspect", s.inspect)
 	t.Run("List", s.list)
+	t.Run("Waiters", s.waiters)
 	t.Run("Semaphore", s.semaphore)
 	t.Run("RWMutex", s.rwmutex)
 	t.Run("Partitions", s.partitions)
@@ -809,6 +810,63 @@ func (s *suite) list(t *testing.T) {
 	}
 	for _, l := range append(leases[1:], other) {
 		mustRelease(t, ctx, l)
+	}
+}
+
+// waiters checks a fence.WaiterCounter: it counts the contenders waiting
+// for a key, no more and no fewer, as they come, give up and get the key.
+func (s *suite) waiters(t *testing.T) {
+	ctx := s.ctx(t)
+	a := s.client(t)
+	wc, ok := a.Driver().(fence.WaiterCounter)
+	if !ok {
+		t.Skip("driver does not implement fence.WaiterCounter")
+	}
+	key := s.key(t, "k")
+	eventually := func(what string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(s.slack())
+		for {
+			n, err := wc.Waiters(ctx, key)
+			if err == nil && n == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Waiters(%q) %s = %d, %v; want %d", key, what, n, err, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	eventually("of a free key", 0)
+	held := mustAcquire(t, ctx, a, key)
+	eventually("of a held key nobody waits for", 0)
+	waitCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	type result struct {
+		l   *fence.Lease
+		err error
+	}
+	got := make(chan result, 2)
+	for _, wctx := range []context.Context{ctx, waitCtx} {
+		w := s.client(t)
+		go func() {
+			l, err := w.Acquire(wctx, key)
+			got <- result{l, err}
+		}()
+	}
+	eventually("with two contenders waiting", 2)
+	giveUp()
+	eventually("after one gave up", 1)
+	mustRelease(t, ctx, held)
+	eventually("once the last waiter holds the key", 0)
+	for range 2 {
+		r := <-got
+		switch {
+		case r.err == nil:
+			mustRelease(t, ctx, r.l)
+		case !errors.Is(r.err, context.Canceled):
+			t.Errorf("waiter: %v", r.err)
+		}
 	}
 }
 
