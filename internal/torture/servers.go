@@ -51,6 +51,24 @@ func init() {
 			restart: restartOneOf(env, "redis-server", srvs[0].Process, srvs[1].Process, srvs[2].Process),
 		}, nil
 	})
+	server("redis-cluster", "redis+cluster", "a private three-master Redis Cluster (the restart fault restarts one master)", func(env *testserver.Env) (*Store, error) {
+		var c *testserver.RedisClusterServer
+		if err := env.Do(func(tb testing.TB) { c = testserver.RedisCluster(tb, 3) }); err != nil {
+			return nil, err
+		}
+		seeds := "redis+cluster://" + strings.Join(c.Addrs(), ",")
+		var ps []*testserver.Process
+		for _, n := range c.Nodes {
+			ps = append(ps, n.Process)
+		}
+		return &Store{
+			url: func([]string, time.Duration) string { return seeds },
+			// The client learns the masters' own addresses from the
+			// cluster and connects to them directly.
+			unproxied: "a Cluster client connects to the addresses the masters announce, not through a proxy",
+			restart:   restartOneOf(env, "redis-server", ps...),
+		}, nil
+	})
 	pg := func(query string) func(env *testserver.Env) (*Store, error) {
 		return func(env *testserver.Env) (*Store, error) {
 			var srv *testserver.PostgresServer

@@ -21,6 +21,9 @@ type Store struct {
 	// addrs are the store's server addresses, each of which gets a proxy
 	// per worker; none for a store without a network (file).
 	addrs []string
+	// unproxied, if set, says why the store's network cannot go through
+	// the fault proxy although it has one.
+	unproxied string
 	// url returns the store URL with the given addresses (the proxies') in
 	// place of addrs, for leases of ttl.
 	url func(addrs []string, ttl time.Duration) string
@@ -59,6 +62,9 @@ func (s *Store) Close() {
 func (s *Store) notApplicable(f Fault) string {
 	switch f {
 	case FaultBlackhole, FaultDelay:
+		if s.unproxied != "" {
+			return s.unproxied
+		}
 		if len(s.addrs) == 0 {
 			return "no network between the workers and this store"
 		}
