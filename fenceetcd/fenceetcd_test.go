@@ -66,6 +66,13 @@ func conformanceStore(t *testing.T, endpoints []string) fencetest.Store {
 			_, err = cli.Delete(ctx, string(resp.Kvs[0].Key))
 			return err
 		},
+		Queue: func(ctx context.Context, key string, kind fence.Kind) (int, error) {
+			resp, err := cli.Get(ctx, kindDir(d, key, kind), clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				return 0, err
+			}
+			return int(resp.Count), nil
+		},
 		Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
 			resp, err := cli.Get(ctx, strings.TrimSuffix(d.Dir(prefix), "/"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 			if err != nil {
@@ -78,6 +85,17 @@ func conformanceStore(t *testing.T, endpoints []string) fencetest.Store {
 			return left, nil
 		},
 	}
+}
+
+// kindDir is the directory of key's queue of kind (see kinds.go).
+func kindDir(d *fenceetcd.Driver, key string, kind fence.Kind) string {
+	switch kind {
+	case fence.KindSemaphore:
+		return strings.TrimSuffix(d.Dir(key), "/") + "%sem/"
+	case fence.KindRead, fence.KindWrite:
+		return strings.TrimSuffix(d.Dir(key), "/") + "%rw/"
+	}
+	return d.Dir(key)
 }
 
 func TestConformance(t *testing.T) {

@@ -55,6 +55,11 @@
 //   - Release: a second Release reports ErrReleased; Release after loss
 //     reports ErrLost.
 //   - Inspect and List, where the driver implements them.
+//   - Waiters, where the driver implements fence.WaiterCounter: waiters
+//     are counted as they come, give up and get the key.
+//   - FIFO and SemaphoreFIFO, where Store.Queue is given: waiters get a
+//     lock, or a semaphore's slots one per slot freed, in arrival order
+//     with tokens in that order; a waiter that gives up leaves its place.
 //   - Semaphore, where the driver supports KindSemaphore: never more than
 //     the limit, ErrLimitMismatch for a disagreeing limit, waiting, expiry,
 //     tokens in real-time order.
@@ -124,6 +129,12 @@ type Store struct {
 	// to keep increasing (counters). The suite calls it once every lease
 	// is released and expects nothing. Optional.
 	Leftovers func(ctx context.Context, prefix string) ([]string, error)
+	// Queue, for stores whose contenders queue in the store in arrival
+	// order (etcd, ZooKeeper), returns how many entries, holders and
+	// waiters, the queue of key for kind holds (KindRead and KindWrite
+	// share one queue). Given, the suite checks that waiters are served
+	// first come, first served. Optional.
+	Queue func(ctx context.Context, key string, kind fence.Kind) (int, error)
 }
 
 const (
@@ -176,6 +187,8 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Inspect", s.inspect)
 	t.Run("List", s.list)
 	t.Run("Waiters", s.waiters)
+	t.Run("FIFO", s.fifo)
+	t.Run("SemaphoreFIFO", s.semaphoreFIFO)
 	t.Run("Semaphore", s.semaphore)
 	t.Run("RWMutex", s.rwmutex)
 	t.Run("Partitions", s.partitions)

@@ -100,6 +100,9 @@ func (s *suite) semaphore(t *testing.T) {
 	if _, err := extra.Semaphore(key, limit+1).TryAcquire(ctx); !errors.Is(err, fence.ErrLimitMismatch) {
 		t.Errorf("TryAcquire with limit %d while held with %d: %v; want ErrLimitMismatch", limit+1, limit, err)
 	}
+	if _, err := extra.Semaphore(key, limit+1).Acquire(ctx, fence.WithWait(s.slack())); !errors.Is(err, fence.ErrLimitMismatch) {
+		t.Errorf("waiting with limit %d while held with %d: %v; want ErrLimitMismatch", limit+1, limit, err)
+	}
 	if _, err := extra.TryAcquire(ctx, key); err != nil {
 		t.Errorf("a lock on the key of a full semaphore: %v; kinds are separate namespaces", err)
 	}

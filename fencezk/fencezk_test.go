@@ -2,6 +2,7 @@ package fencezk_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log"
 	"slices"
@@ -72,6 +73,17 @@ func children(t *testing.T, conn *zk.Conn, d *fencezk.Driver, key string) []stri
 	return kids
 }
 
+// kindPath is the container of key's queue of kind (see kinds.go).
+func kindPath(d *fencezk.Driver, key string, kind fence.Kind) string {
+	switch kind {
+	case fence.KindSemaphore:
+		return d.KeyPath(key) + "%sem"
+	case fence.KindRead, fence.KindWrite:
+		return d.KeyPath(key) + "%rw"
+	}
+	return d.KeyPath(key)
+}
+
 func TestConformance(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL:          ttl,
@@ -88,6 +100,13 @@ func TestConformance(t *testing.T) {
 						return nil
 					}
 					return conn.Delete(layout.KeyPath(key)+"/"+kids[0], -1)
+				},
+				Queue: func(ctx context.Context, key string, kind fence.Kind) (int, error) {
+					kids, _, err := conn.Children(kindPath(layout, key, kind))
+					if errors.Is(err, zk.ErrNoNode) {
+						return 0, nil
+					}
+					return len(kids), err
 				},
 				// Every znode of the keys under prefix: queue entries, and
 				// the keys' containers, which the server removes once empty.

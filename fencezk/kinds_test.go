@@ -3,10 +3,8 @@ package fencezk_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -86,115 +84,6 @@ func TestKindsAreSeparate(t *testing.T) {
 		if err := x.Release(ctx); err != nil {
 			t.Error(err)
 		}
-	}
-}
-
-// Waiters for a semaphore get slots in queue order, one per release, with
-// tokens above every earlier grant's although their znodes were created
-// before some of those grants. (The waiters call the driver's Acquire: the
-// Client's first TryAcquire would queue and delete a znode of its own
-// first, which would make the queue order the test waits for ambiguous.)
-func TestSemaphoreFIFOTokens(t *testing.T) {
-	srv := startZooKeeper(t)
-	ctx := ctxT(t)
-	conn := rawConn(t, srv.Addr())
-	d0 := dial(t, srv.Addr(), sessionTimeout)
-	c := newFence(t, d0)
-	const limit = 2
-	h1, err := c.Semaphore("s", limit).TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h2, err := c.Semaphore("s", limit).TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Semaphore("s", limit+1).TryAcquire(ctx); !errors.Is(err, fence.ErrLimitMismatch) {
-		t.Errorf("limit %d while held with %d: %v; want ErrLimitMismatch", limit+1, limit, err)
-	}
-	if _, err := c.Semaphore("s", limit+1).Acquire(ctx, fence.WithWait(time.Second)); !errors.Is(err, fence.ErrLimitMismatch) {
-		t.Errorf("waiting with limit %d while held with %d: %v; want ErrLimitMismatch", limit+1, limit, err)
-	}
-	const waiters = 3
-	var (
-		mu     sync.Mutex
-		order  []int
-		leases = make([]fence.Claim, waiters)
-		wg     sync.WaitGroup
-	)
-	for i := range waiters {
-		w := dial(t, srv.Addr(), sessionTimeout)
-		wg.Go(func() {
-			l, err := w.Acquire(ctx, fence.Request{Key: "s", Owner: fmt.Sprint("w", i), TTL: ttl, Kind: fence.KindSemaphore, Limit: limit})
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			leases[i] = l
-			mu.Unlock()
-		})
-		waitKindChildren(t, conn, d0, "s", "sem", limit+i+1)
-	}
-	// Free one slot at a time: two slots freed at once would admit two
-	// waiters together, and the order they report in would be a race.
-	granted := func(want int) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			mu.Lock()
-			n := len(order)
-			mu.Unlock()
-			if n == want {
-				break
-			}
-			if n > want || time.Now().After(deadline) {
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("after %d releases, waiters %v got slots; want the first %d", want, order, want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		// Long enough for a wrongly admitted waiter to show up.
-		time.Sleep(200 * time.Millisecond)
-		mu.Lock()
-		n := len(order)
-		mu.Unlock()
-		if n != want {
-			t.Fatalf("after %d releases, %d waiters got slots", want, n)
-		}
-	}
-	if err := h2.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	granted(1)
-	if err := h1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	granted(2)
-	mu.Lock()
-	first := leases[order[0]]
-	mu.Unlock()
-	if err := first.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if fmt.Sprint(order) != "[0 1 2]" {
-		t.Errorf("waiters got slots in order %v; want [0 1 2] (FIFO)", order)
-	}
-	last := h2.Token()
-	for _, i := range order {
-		if leases[i].Token() <= last {
-			t.Errorf("waiter %d's token %d not above the earlier grant's %d", i, leases[i].Token(), last)
-		}
-		last = leases[i].Token()
-	}
-	for _, l := range leases[1:] {
-		_ = l.Release(ctx)
-	}
-	if e := kindChildren(t, conn, d0, "s", "sem"); len(e) != 0 {
-		t.Errorf("semaphore queue after everyone left: %q", e)
 	}
 }
 
