@@ -340,6 +340,7 @@ func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim
 		return nil, &LostError{Key: req.Key, Token: claim.Token(), Reason: LossExpired, Err: errLateReply}
 	}
 	l := newLease(c, cfg, req, claim, validUntil, ctx)
+	c.obs.granted(ctx, l)
 	l.start()
 	c.mu.Lock()
 	if c.closed {

@@ -43,6 +43,10 @@ type Lease struct {
 	ended      bool // lost or released
 
 	loopDone chan struct{}
+
+	// countedHeld: the fence.leases.held gauge counted this lease (see
+	// observer.granted). Set before the lease starts, read once it ends.
+	countedHeld bool
 }
 
 func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.Time, ctx context.Context) *Lease {
@@ -175,7 +179,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.ended = true
 	l.expiry.Stop()
-	l.cancel(fmt.Errorf("%w: %q (token %d)", ErrReleased, l.key, l.token))
+	l.cancel(&releasedError{key: l.key, token: l.token})
 	l.mu.Unlock()
 
 	<-l.loopDone
@@ -323,3 +327,17 @@ func (l *Lease) lose(reason LossReason, err error) {
 	l.c.obs.ended(context.WithoutCancel(l.ctx), l, reason)
 	l.cfg.logger.Error("fence: lease lost", "key", l.key, "token", l.token, "reason", string(reason), "err", err)
 }
+
+// releasedError is the cause of a released lease's context: it matches
+// ErrReleased. Its message is made only when asked for, as Release runs
+// on every lease.
+type releasedError struct {
+	key   string
+	token int64
+}
+
+func (e *releasedError) Error() string {
+	return fmt.Sprintf("%v: %q (token %d)", ErrReleased, e.key, e.token)
+}
+
+func (e *releasedError) Unwrap() error { return ErrReleased }
