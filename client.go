@@ -17,9 +17,10 @@ import (
 // everything that is the same for every store: waiting, renewal, local
 // validity and loss. A Client is safe for concurrent use.
 type Client struct {
-	drv Driver
-	cfg config
-	obs *observer
+	drv   Driver
+	cfg   config
+	obs   *observer
+	sched schedule // the leases' deadlines
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}

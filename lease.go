@@ -39,10 +39,19 @@ type Lease struct {
 
 	mu         sync.Mutex
 	validUntil time.Time
-	expiry     *time.Timer
-	ended      bool // lost or released
+	expiry     *event // when validUntil comes, on c.sched
+	ended      bool   // lost or released
 
-	loopDone chan struct{}
+	// Renewals run from the Client's schedule (renewTick), which costs
+	// no goroutine while the lease waits; renewRunning and renewIdle,
+	// guarded by mu, let Release wait for a renewal in progress. A
+	// session-bound lease also has a goroutine watching its session
+	// (watchSession); watchDone is closed when it ends, nil for other
+	// leases.
+	renewNext    *event
+	renewRunning bool
+	renewIdle    chan struct{} // closed when the running renewal ends; nil if none waits
+	watchDone    chan struct{}
 
 	// countedHeld: the fence.leases.held gauge counted this lease (see
 	// observer.granted). Set before the lease starts, read once it ends.
@@ -59,24 +68,76 @@ func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.T
 		claim:      claim,
 		acquired:   time.Now(),
 		validUntil: validUntil,
-		loopDone:   make(chan struct{}),
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	return l
 }
 
-// start arms the validity timer and, if the lease renews or is
-// session-bound, the goroutine that keeps it.
+// start schedules the end of the lease's validity and, unless
+// WithoutRenewal, its first renewal; a session-bound lease also gets the
+// goroutine that watches its session.
 func (l *Lease) start() {
 	l.mu.Lock()
-	l.expiry = time.AfterFunc(time.Until(l.validUntil), l.expire)
-	l.mu.Unlock()
-	_, session := l.claim.(SessionClaim)
-	if l.cfg.noRenew && !session {
-		close(l.loopDone)
+	defer l.mu.Unlock()
+	l.expiry = l.c.sched.add(l.validUntil, l.expire)
+	if !l.cfg.noRenew {
+		l.renewNext = l.c.sched.add(time.Now().Add(l.cfg.renewInterval()), l.renewTick)
+	}
+	if sc, ok := l.claim.(SessionClaim); ok {
+		l.watchDone = make(chan struct{})
+		go l.watchSession(sc.Lost())
+	}
+}
+
+// renewTick is one scheduled renewal: it renews, then schedules the next,
+// until the lease ends.
+func (l *Lease) renewTick() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
 		return
 	}
-	go l.keep()
+	l.renewRunning = true
+	l.mu.Unlock()
+
+	next, ok := l.renewOnce(l.cfg.renewInterval())
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewRunning = false
+	if l.renewIdle != nil {
+		close(l.renewIdle)
+		l.renewIdle = nil
+	}
+	if ok && !l.ended {
+		l.renewNext = l.c.sched.add(time.Now().Add(next), l.renewTick)
+	}
+}
+
+// unscheduleLocked removes the lease's deadlines from the schedule; l.mu
+// is held and l.ended set, so no renewal starts after it.
+func (l *Lease) unscheduleLocked() {
+	l.c.sched.remove(l.expiry)
+	l.c.sched.remove(l.renewNext)
+}
+
+// waitRenewals returns once nothing of the ended lease runs any more: no
+// renewal, no session watch.
+func (l *Lease) waitRenewals() {
+	if l.watchDone != nil {
+		<-l.watchDone
+	}
+	l.mu.Lock()
+	if !l.renewRunning {
+		l.mu.Unlock()
+		return
+	}
+	if l.renewIdle == nil {
+		l.renewIdle = make(chan struct{})
+	}
+	idle := l.renewIdle
+	l.mu.Unlock()
+	<-idle
 }
 
 // Key returns the lease's key.
@@ -166,7 +227,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
-		<-l.loopDone
+		l.waitRenewals()
 		l.c.forget(l)
 		cause := l.Err()
 		var lost *LostError
@@ -178,11 +239,11 @@ func (l *Lease) Release(ctx context.Context) error {
 		return cause
 	}
 	l.ended = true
-	l.expiry.Stop()
+	l.unscheduleLocked()
 	l.cancel(&releasedError{key: l.key, token: l.token})
 	l.mu.Unlock()
 
-	<-l.loopDone
+	l.waitRenewals()
 	start := time.Now()
 	err := l.releaseClaim(ctx)
 	var reason LossReason
@@ -220,35 +281,14 @@ func (l *Lease) extend(ctx context.Context) error {
 	return l.claim.Extend(ctx, l.cfg.ttl)
 }
 
-// keep renews the lease every renew interval and watches its session, until
-// the lease ends.
-func (l *Lease) keep() {
-	defer close(l.loopDone)
-	var sessionLost <-chan error
-	if sc, ok := l.claim.(SessionClaim); ok {
-		sessionLost = sc.Lost()
-	}
-	var tick <-chan time.Time
-	interval := l.cfg.renewInterval()
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	if !l.cfg.noRenew {
-		tick = timer.C
-	}
-	for {
-		select {
-		case <-l.ctx.Done():
-			return
-		case err := <-sessionLost:
-			l.lose(LossSession, err)
-			return
-		case <-tick:
-			next, ok := l.renewOnce(interval)
-			if !ok {
-				return
-			}
-			timer.Reset(next)
-		}
+// watchSession waits for the loss of a session-bound lease's session, or
+// the end of the lease.
+func (l *Lease) watchSession(lost <-chan error) {
+	defer close(l.watchDone)
+	select {
+	case <-l.ctx.Done():
+	case err := <-lost:
+		l.lose(LossSession, err)
 	}
 }
 
@@ -297,7 +337,11 @@ func (l *Lease) extendValidity(sent time.Time) {
 		return
 	}
 	l.validUntil = until
-	l.expiry.Reset(time.Until(until))
+	if !l.c.sched.move(l.expiry, until) {
+		// The end of the old validity is running now: expire finds the
+		// lease valid, and this is the new end.
+		l.expiry = l.c.sched.add(until, l.expire)
+	}
 }
 
 // expire runs when the validity timer fires.
@@ -319,7 +363,7 @@ func (l *Lease) lose(reason LossReason, err error) {
 		return
 	}
 	l.ended = true
-	l.expiry.Stop()
+	l.unscheduleLocked()
 	lost := &LostError{Key: l.key, Token: l.token, Reason: reason, Err: err}
 	l.cancel(lost)
 	l.mu.Unlock()
