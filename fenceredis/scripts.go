@@ -3,15 +3,14 @@ package fenceredis
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/metajson"
 )
 
 // The Lua scripts: every store operation is one of them, atomic on the
@@ -141,77 +140,8 @@ func ms(d time.Duration) int64 {
 	return max(1, int64((d+time.Millisecond-1)/time.Millisecond))
 }
 
-// encodeMeta is meta as a JSON object with sorted keys, as json.Marshal
-// writes it, built by hand: json.Marshal of a map costs about ten
-// allocations, and this runs on every acquisition.
-func encodeMeta(meta map[string]string) string {
-	if len(meta) == 0 {
-		return ""
-	}
-	var small [8]string
-	keys := small[:0]
-	size := 2
-	for k, v := range meta {
-		keys = append(keys, k)
-		size += len(k) + len(v) + 6
-	}
-	slices.Sort(keys)
-	b := make([]byte, 0, size)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, k)
-		b = append(b, ':')
-		b = appendJSONString(b, meta[k])
-	}
-	b = append(b, '}')
-	return string(b)
-}
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
-// U+FFFD, as with encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c == '\b':
-				b = append(b, '\\', 'b')
-			case c == '\f':
-				b = append(b, '\\', 'f')
-			case c < 0x20 || c == '<' || c == '>' || c == '&':
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		default:
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
-}
+// encodeMeta is meta as JSON, or "" if there is none.
+func encodeMeta(meta map[string]string) string { return metajson.Encode(meta) }
 
 // granted parses the {1, token} reply of acquireScript and reserveScript;
 // ok is false with the holder for heldReply.

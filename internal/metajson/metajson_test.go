@@ -1,12 +1,12 @@
-package fenceredis
+package metajson
 
 import (
 	"encoding/json"
 	"testing"
 )
 
-// encodeMeta writes what json.Marshal writes for the same map.
-func TestEncodeMetaIsJSON(t *testing.T) {
+// Encode writes what json.Marshal writes for the same map.
+func TestEncodeIsJSON(t *testing.T) {
 	for _, m := range []map[string]string{
 		{"host": "h1", "pid": "42", "acquired_at": "2026-12-01T02:03:04.123456789Z"},
 		{"a\"b": "c\\d", "ctl": "\x00\x01\n\t\r\b\f\x1f", "html": "<a href='x'>&</a>"},
@@ -18,11 +18,11 @@ func TestEncodeMetaIsJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := encodeMeta(m); got != string(want) {
-			t.Errorf("encodeMeta(%q)\n got %s\nwant %s", m, got, want)
+		if got := Encode(m); got != string(want) {
+			t.Errorf("Encode(%q)\n got %s\nwant %s", m, got, want)
 		}
 	}
-	if got := encodeMeta(nil); got != "" {
-		t.Errorf("encodeMeta(nil) = %q, want empty", got)
+	if got := Encode(nil); got != "" {
+		t.Errorf("Encode(nil) = %q, want empty", got)
 	}
 }
