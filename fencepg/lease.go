@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/metajson"
 )
 
 var errDriverClosed = errors.New("fencepg: driver closed")
@@ -129,6 +130,16 @@ func (d *LeaseDriver) ensureSetup(ctx context.Context) error {
 	return nil
 }
 
+// metaArg is the holder's metadata as a jsonb parameter: JSON text (pgx
+// sends a string as is; encoding a map costs it about ten allocations),
+// or NULL if there is none.
+func metaArg(meta map[string]string) any {
+	if len(meta) == 0 {
+		return nil
+	}
+	return metajson.Encode(meta)
+}
+
 func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
@@ -152,7 +163,7 @@ func (d *LeaseDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.
 		meta     map[string]string
 		leftUS   int64
 	)
-	err := d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), req.Meta).
+	err := d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta)).
 		Scan(&acquired, &token, &owner, &meta, &leftUS)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

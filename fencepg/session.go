@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
@@ -49,9 +50,9 @@ type SessionDriver struct {
 	active map[*sessionClaim]struct{}
 	closed bool
 
-	qTry, qBump, qHolder, qList, qMine string
+	qTry, qWait, qBump, qHolder, qList, qMine string
 
-	qTryRead, qTryWrite, qBumpRW string
+	qTryRead, qTryWrite, qWaitRead, qWaitWrite, qBumpRW string
 }
 
 // maxIdle is how many unused dedicated connections a SessionDriver keeps
@@ -93,6 +94,14 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 	d.qTry = `WITH lk AS (SELECT pg_try_advisory_lock($2) AS ok),
 		up AS (` + bumpFrom(" FROM lk", " WHERE lk.ok") + `)
 		SELECT lk.ok, (SELECT token FROM up) FROM lk`
+	// Wait for the lock in the server and bump the token once it is
+	// granted, in one statement, so that a waiter holds the key one round
+	// trip sooner. The statement's snapshot predates the wait, but ON
+	// CONFLICT DO UPDATE updates the counter row's latest version in READ
+	// COMMITTED, whatever the snapshot saw; under a stricter default
+	// isolation the update fails instead (40001), and Acquire then bumps
+	// in a statement of its own (qBump), holding the lock.
+	d.qWait = `WITH lk AS (SELECT pg_advisory_lock($2)) ` + bumpFrom(" FROM lk", "")
 	d.qBump = bumpFrom("", "")
 	holders := `SELECT t.key, coalesce(t.owner, ''), t.token, t.meta FROM ` + T + ` t
 		JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.pid = t.holder_pid
@@ -223,9 +232,9 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 	lk := d.lockOf(req)
 	var (
 		ok    bool
-		token *int64
+		token pgtype.Int8
 	)
-	err = conn.QueryRow(ctx, lk.try, req.Key, lk.id, req.Owner, req.Meta).Scan(&ok, &token)
+	err = conn.QueryRow(ctx, lk.try, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&ok, &token)
 	if err != nil {
 		// The lock may have been granted before the statement failed.
 		d.drop(conn, err)
@@ -238,37 +247,38 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 		}
 		return nil, d.heldError(ctx, req.Key, lk.id)
 	}
-	return d.newClaim(conn, req, lk, *token), nil
+	return d.newClaim(conn, req, lk, token.Int64), nil
 }
 
 // Acquire implements fence.BlockingAcquirer: it waits in the server
-// (pg_advisory_lock, or pg_advisory_lock_shared for a reader). When ctx
-// ends first it cancels the wait in the server and closes the connection,
-// so no lock and no queued request is left behind.
+// (pg_advisory_lock, or pg_advisory_lock_shared for a reader) and bumps
+// the token once granted, in one statement. When ctx ends first it
+// cancels the wait in the server and closes the connection, so no lock
+// and no queued request is left behind.
 func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
-	claim, err := d.TryAcquire(ctx, req)
-	var held *fence.HeldError
-	if !errors.As(err, &held) {
-		return claim, err
-	}
 	conn, err := d.take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 	}
 	lk := d.lockOf(req)
-	if err := waitLock(ctx, conn, lk.wait, lk.id); err != nil {
-		_ = conn.Close(context.Background())
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
-	}
 	var token int64
-	if err := conn.QueryRow(ctx, lk.bump, req.Key, lk.id, req.Owner, req.Meta).Scan(&token); err != nil {
-		d.drop(conn, err)
+	err = waitLock(ctx, conn, func() error {
+		return conn.QueryRow(context.Background(), lk.waitBump, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&token)
+	})
+	var pgErr *pgconn.PgError
+	if err != nil && ctx.Err() == nil && errors.As(err, &pgErr) && pgErr.Code == "40001" {
+		// The lock is held (a session lock outlives the failed
+		// statement); only the bump, under a stricter isolation than
+		// READ COMMITTED, failed: bump with a fresh snapshot.
+		err = conn.QueryRow(ctx, lk.bump, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&token)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
+			_ = conn.Close(context.Background())
 			return nil, ctx.Err()
 		}
+		// The lock may have been granted before the statement failed.
+		d.drop(conn, err)
 		return nil, d.acquireError(ctx, req, lk.id, err)
 	}
 	return d.newClaim(conn, req, lk, token), nil
@@ -283,13 +293,14 @@ const cancelGrace = 5 * time.Second
 // has started cancels nothing.
 const cancelEvery = 100 * time.Millisecond
 
-// waitLock runs lockFn(id) (pg_advisory_lock or its _shared form) on conn until it is granted or ctx
-// ends. On ctx's end it sends the server cancel requests for the wait
-// until the statement ends, so that the server is no longer waiting when
-// it returns; it returns ctx's error even if the lock was granted
-// meanwhile (the caller closes the connection, which frees it, and never
-// reuses it: a cancel request may still be on its way).
-func waitLock(ctx context.Context, conn *pgx.Conn, lockFn string, id int64) error {
+// waitLock runs wait, a statement on conn that waits for an advisory
+// lock, until it ends or ctx ends. On ctx's end it sends the server cancel
+// requests for the wait until the statement ends, so that the server is
+// no longer waiting when it returns; it returns ctx's error even if the
+// lock was granted meanwhile (the caller closes the connection, which
+// frees it, and never reuses it: a cancel request may still be on its
+// way).
+func waitLock(ctx context.Context, conn *pgx.Conn, wait func() error) error {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	cancelled := false
@@ -321,7 +332,7 @@ func waitLock(ctx context.Context, conn *pgx.Conn, lockFn string, id int64) erro
 			}
 		}
 	}()
-	_, err := conn.Exec(context.Background(), "SELECT "+lockFn+"($1)", id)
+	err := wait()
 	close(stop)
 	<-done
 	if cancelled {
