@@ -45,9 +45,9 @@ type Lease struct {
 	// Renewals run from the Client's schedule (renewTick), which costs
 	// no goroutine while the lease waits; renewRunning and renewIdle,
 	// guarded by mu, let Release wait for a renewal in progress. A
-	// session-bound lease also has a goroutine watching its session
-	// (watchSession); watchDone is closed when it ends, nil for other
-	// leases.
+	// session-bound lease whose claim is not a LossNotifier also has a
+	// goroutine watching its session (watchSession); watchDone is closed
+	// when it ends, nil for other leases.
 	renewNext    *event
 	renewRunning bool
 	renewIdle    chan struct{} // closed when the running renewal ends; nil if none waits
@@ -78,14 +78,20 @@ func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.T
 // goroutine that watches its session.
 func (l *Lease) start() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.expiry = l.c.sched.add(l.validUntil, l.expire)
 	if !l.cfg.noRenew {
 		l.renewNext = l.c.sched.add(time.Now().Add(l.cfg.renewInterval()), l.renewTick)
 	}
-	if sc, ok := l.claim.(SessionClaim); ok {
+	sc, session := l.claim.(SessionClaim)
+	ln, notifies := l.claim.(LossNotifier)
+	if session && !notifies {
 		l.watchDone = make(chan struct{})
 		go l.watchSession(sc.Lost())
+	}
+	l.mu.Unlock()
+	if notifies {
+		// Outside l.mu: the driver may call the function at once.
+		ln.NotifyLost(func(err error) { l.lose(LossSession, err) })
 	}
 }
 
