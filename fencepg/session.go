@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,6 +66,7 @@ var (
 	_ fence.Inspector        = (*SessionDriver)(nil)
 	_ fence.Lister           = (*SessionDriver)(nil)
 	_ fence.SessionClaim     = (*sessionClaim)(nil)
+	_ fence.LossNotifier     = (*sessionClaim)(nil)
 )
 
 // NewSessionDriver returns a session mode driver. It opens its dedicated
@@ -423,13 +425,14 @@ func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryL
 
 // sessionClaim is one session-mode lease: its lock is held by conn.
 type sessionClaim struct {
-	d     *SessionDriver
-	conn  *pgx.Conn
-	key   string
-	owner string
-	id    int64
-	token int64
-	lost  chan error
+	d      *SessionDriver
+	conn   *pgx.Conn
+	key    string
+	owner  string
+	id     int64
+	token  int64
+	lost   chan error
+	notify atomic.Pointer[func(error)] // fence.LossNotifier's function
 	// unlock is pg_advisory_unlock, or pg_advisory_unlock_shared for a
 	// reader.
 	unlock string
@@ -441,6 +444,37 @@ type sessionClaim struct {
 
 func (c *sessionClaim) Token() int64       { return c.token }
 func (c *sessionClaim) Lost() <-chan error { return c.lost }
+
+// NotifyLost implements fence.LossNotifier: the goroutine that reads the
+// idle connection reports its end by calling f.
+func (c *sessionClaim) NotifyLost(f func(error)) {
+	c.notify.Store(&f)
+	select {
+	case err := <-c.lost: // reported before f was registered
+		f(err)
+	default:
+	}
+}
+
+// report reports the end of the session: to the Client's function if it
+// registered one, else on lost.
+func (c *sessionClaim) report(err error) {
+	if f := c.notify.Load(); f != nil {
+		(*f)(err)
+		return
+	}
+	select {
+	case c.lost <- err:
+	default:
+	}
+	if f := c.notify.Load(); f != nil { // registered meanwhile
+		select {
+		case err := <-c.lost:
+			(*f)(err)
+		default:
+		}
+	}
+}
 
 // startWatch starts reading the idle connection, so that its end (the
 // server terminating the backend, a broken network) is seen at once and
@@ -457,10 +491,7 @@ func (c *sessionClaim) startWatch() {
 				return
 			}
 			if err != nil {
-				select {
-				case c.lost <- fmt.Errorf("fencepg: session of %q ended: %w", c.key, err):
-				default:
-				}
+				c.report(fmt.Errorf("fencepg: session of %q ended: %w", c.key, err))
 				_ = c.conn.Close(context.Background())
 				c.d.mu.Lock()
 				delete(c.d.active, c)
