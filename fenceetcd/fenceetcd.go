@@ -26,8 +26,10 @@
 //     comparison. Neither touches another owner's entry.
 //   - A lease is lost when its session lease expires or is revoked, or when
 //     its entry disappears (an operator deleted it): the claim reports it
-//     through fence.SessionClaim at once, from a watch on the entry and the
-//     session's keepalive, and Extend refuses.
+//     (fence.LossNotifier) at once when the session's keepalive finds it
+//     over, and from a watch on the entry, which starts 100 ms after the
+//     grant (so that the many leases released sooner cost no watch; it
+//     replays a deletion meanwhile); Extend refuses too.
 //
 // # Sessions
 //
@@ -91,6 +93,8 @@ type Driver struct {
 	mu       sync.Mutex
 	sessions map[int64]*session // by requested TTL in seconds
 	closed   bool
+
+	watches watchQueue // of the holders' entries; see claim.go
 }
 
 var (
@@ -99,6 +103,7 @@ var (
 	_ fence.Inspector        = (*Driver)(nil)
 	_ fence.Lister           = (*Driver)(nil)
 	_ fence.SessionClaim     = (*claim)(nil)
+	_ fence.LossNotifier     = (*claim)(nil)
 )
 
 // Option configures a Driver.
@@ -127,6 +132,7 @@ func New(cli *clientv3.Client, opts ...Option) *Driver {
 // not close the etcd client.
 func (d *Driver) Close() error {
 	d.cancel() // first: it ends a grant in progress, which holds d.mu
+	d.watches.close()
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()

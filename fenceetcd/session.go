@@ -23,6 +23,10 @@ type session struct {
 	until time.Time // the lease lives in etcd at least until then (monotonic)
 	cause error     // why it ended; nil while it lives
 	done  chan struct{}
+
+	// ended is cancelled when done is closed, for context.AfterFunc.
+	ended  context.Context
+	endNow context.CancelFunc
 }
 
 // session returns a live session for leases of ttl whose lease is known to
@@ -59,6 +63,7 @@ func (d *Driver) sessionFor(ctx context.Context, ttl time.Duration) (*session, e
 	}
 	granted := time.Duration(resp.TTL) * time.Second
 	s := &session{d: d, key: k, id: resp.ID, ttl: granted, until: sent.Add(granted), done: make(chan struct{})}
+	s.ended, s.endNow = context.WithCancel(context.Background())
 	d.sessions[k] = s
 	d.wg.Add(1)
 	go s.keep()
@@ -87,6 +92,7 @@ func (s *session) end(cause error) {
 	}
 	s.cause = cause
 	close(s.done)
+	s.endNow()
 	s.mu.Unlock()
 	s.d.mu.Lock()
 	if s.d.sessions[s.key] == s {
