@@ -283,8 +283,48 @@ func (d *Driver) waitTurn(ctx context.Context, s *session, ahead, name string, r
 		if len(pred) == 0 {
 			return s.err() // first, unless the session ended meanwhile
 		}
-		if err := d.waitDeleted(ctx, s, string(pred[0].Key), resp.Header.Revision+1); err != nil {
+		if err := d.waitGone(ctx, s, string(pred[0].Key), pred[0].CreateRevision); err != nil {
 			return err
+		}
+	}
+}
+
+// waitGone waits until the entry key, created at createRev, is gone, or
+// the watch breaks (the caller looks again). It watches from the current
+// revision rather than from the one the caller read at: etcd serves a
+// watch that starts in the past from a loop that catches up every 100 ms,
+// and under contention there is always a write in between, so a release
+// could reach the waiter up to 100 ms late (seen as a p99 of 70-90 ms
+// with 8 waiters). Once the watch is in place it reads the entry once
+// more, so a deletion before the watch started is not missed.
+func (d *Driver) waitGone(ctx context.Context, s *session, key string, createRev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := d.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return s.err()
+		case <-d.ctx.Done():
+			return errClosed
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return nil // look again
+			}
+			if wr.Created {
+				resp, err := d.cli.Get(ctx, key)
+				if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+					return nil // gone already, or look again
+				}
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
 		}
 	}
 }
