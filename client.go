@@ -151,7 +151,7 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 	}
 
 	waitStart := time.Now()
-	waitDone := c.obs.waitStarted(spanCtx, key, held)
+	waitDone := c.obs.waitStarted(spanCtx, span, key, held)
 	defer func() {
 		waited = time.Since(waitStart)
 		waitDone(waited)

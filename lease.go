@@ -48,10 +48,13 @@ type Lease struct {
 	// session-bound lease whose claim is not a LossNotifier also has a
 	// goroutine watching its session (watchSession); watchDone is closed
 	// when it ends, nil for other leases.
-	renewNext    *event
+	expiryEv     event // expiry points here once scheduled
+	renewEv      event
 	renewRunning bool
 	renewIdle    chan struct{} // closed when the running renewal ends; nil if none waits
 	watchDone    chan struct{}
+
+	released releasedError // the cause of a released lease, kept here to spare an allocation
 
 	// countedHeld: the fence.leases.held gauge counted this lease (see
 	// observer.granted). Set before the lease starts, read once it ends.
@@ -78,9 +81,12 @@ func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.T
 // goroutine that watches its session.
 func (l *Lease) start() {
 	l.mu.Lock()
-	l.expiry = l.c.sched.add(l.validUntil, l.expire)
+	l.expiryEv = event{lease: l, index: -1}
+	l.renewEv = event{lease: l, renew: true, index: -1}
+	l.expiry = &l.expiryEv
+	l.c.sched.put(l.expiry, l.validUntil)
 	if !l.cfg.noRenew {
-		l.renewNext = l.c.sched.add(time.Now().Add(l.cfg.renewInterval()), l.renewTick)
+		l.c.sched.put(&l.renewEv, time.Now().Add(l.cfg.renewInterval()))
 	}
 	sc, session := l.claim.(SessionClaim)
 	ln, notifies := l.claim.(LossNotifier)
@@ -116,7 +122,7 @@ func (l *Lease) renewTick() {
 		l.renewIdle = nil
 	}
 	if ok && !l.ended {
-		l.renewNext = l.c.sched.add(time.Now().Add(next), l.renewTick)
+		l.c.sched.put(&l.renewEv, time.Now().Add(next))
 	}
 }
 
@@ -124,7 +130,7 @@ func (l *Lease) renewTick() {
 // is held and l.ended set, so no renewal starts after it.
 func (l *Lease) unscheduleLocked() {
 	l.c.sched.remove(l.expiry)
-	l.c.sched.remove(l.renewNext)
+	l.c.sched.remove(&l.renewEv)
 }
 
 // waitRenewals returns once nothing of the ended lease runs any more: no
@@ -246,7 +252,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.ended = true
 	l.unscheduleLocked()
-	l.cancel(&releasedError{key: l.key, token: l.token})
+	l.released = releasedError{key: l.key, token: l.token}
+	l.cancel(&l.released)
 	l.mu.Unlock()
 
 	l.waitRenewals()
@@ -346,7 +353,7 @@ func (l *Lease) extendValidity(sent time.Time) {
 	if !l.c.sched.move(l.expiry, until) {
 		// The end of the old validity is running now: expire finds the
 		// lease valid, and this is the new end.
-		l.expiry = l.c.sched.add(until, l.expire)
+		l.c.sched.put(l.expiry, until)
 	}
 }
 

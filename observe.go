@@ -62,6 +62,9 @@ type observer struct {
 	store   attribute.KeyValue
 	withKey bool
 	tracer  trace.Tracer
+	// globalTP: tracer comes from the global provider, which may have an
+	// SDK installed later (otel.SetTracerProvider).
+	globalTP bool
 
 	acquireDuration metric.Float64Histogram
 	waitDuration    metric.Float64Histogram
@@ -91,6 +94,22 @@ type observer struct {
 // once.
 var spanClient = trace.WithSpanKind(trace.SpanKindClient)
 
+// noSpan stands for a span not started: it records nothing, and using it
+// allocates nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// globalDefaultTP is the type of the tracer provider otel.GetTracerProvider
+// returns while no SDK is installed as the global one: a delegating
+// provider whose spans record nothing until then. Nil if otel's internals
+// change so that it cannot be told apart; spans are then always started.
+var globalDefaultTP = func() reflect.Type {
+	t := reflect.TypeOf(otel.GetTracerProvider())
+	if t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" {
+		return t
+	}
+	return nil
+}()
+
 // maxOverrunKeys bounds the memory spent on the long-hold warning.
 const maxOverrunKeys = 1024
 
@@ -101,7 +120,8 @@ func newObserver(drv Driver, cfg config) *observer {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	if tp == nil {
+	globalTP := tp == nil
+	if globalTP {
 		tp = otel.GetTracerProvider()
 	}
 	name := cfg.storeName
@@ -113,8 +133,10 @@ func newObserver(drv Driver, cfg config) *observer {
 		store:   attribute.String("fence.store", name),
 		withKey: cfg.keyAttribute,
 		tracer:  tp.Tracer(instrumentation),
-		overrun: make(map[string]int),
-		opts:    make(map[attribute.KeyValue]metric.MeasurementOption),
+
+		globalTP: globalTP,
+		overrun:  make(map[string]int),
+		opts:     make(map[attribute.KeyValue]metric.MeasurementOption),
 	}
 	o.storeOnly = metric.WithAttributeSet(attribute.NewSet(o.store))
 	// Instrument creation fails only for invalid names; fence's are fixed
@@ -267,10 +289,22 @@ func outcomeOf(err error) string {
 	return outcomeError
 }
 
+// tracing reports whether a span started now could record. With the
+// global provider and no SDK installed as the global one, it could not,
+// and fence starts none: even a span that records nothing costs a few
+// allocations, on every acquire and release. (The global provider is
+// looked up each time: an SDK may be installed after New.)
+func (o *observer) tracing() bool {
+	return !o.globalTP || globalDefaultTP == nil || reflect.TypeOf(otel.GetTracerProvider()) != globalDefaultTP
+}
+
 // startAcquire opens the acquire span. Its attributes are set only if the
 // span records: with no tracer provider installed, building them would be
 // most of the cost of an uncontended acquire.
 func (o *observer) startAcquire(ctx context.Context, tgt target, wait bool) (context.Context, trace.Span) {
+	if !o.tracing() {
+		return ctx, noSpan
+	}
 	ctx, span := o.tracer.Start(ctx, "fence.acquire", spanClient)
 	if span.IsRecording() {
 		span.SetAttributes(o.store, attribute.String("fence.key", tgt.key), attribute.Bool("fence.wait", wait),
@@ -281,14 +315,13 @@ func (o *observer) startAcquire(ctx context.Context, tgt target, wait bool) (con
 
 // waitStarted records that an Acquire found key held and waits, until the
 // returned function is called. held is what the first attempt found.
-func (o *observer) waitStarted(ctx context.Context, key string, held *HeldError) (done func(waited time.Duration)) {
+func (o *observer) waitStarted(ctx context.Context, span trace.Span, key string, held *HeldError) (done func(waited time.Duration)) {
 	// Both ends of the gauge or neither, even if a provider is installed
 	// meanwhile.
 	counted := o.waiting.Enabled(ctx)
 	if counted {
 		o.waiting.Add(ctx, 1, o.attrs(key))
 	}
-	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
 		var attrs []attribute.KeyValue
 		if held != nil && held.Holder != nil && held.Holder.Token > 0 {
@@ -352,6 +385,9 @@ func (o *observer) renewed(ctx context.Context, l *Lease, err error, start time.
 		o.renewals.Add(ctx, 1, o.attrs(l.key, attribute.String("outcome", outcome)))
 		o.renewDuration.Record(ctx, took.Seconds(), o.attrs(l.key, attribute.String("outcome", outcome)))
 	}
+	if !o.tracing() {
+		return
+	}
 	_, span := o.tracer.Start(ctx, "fence.renew", trace.WithTimestamp(start), spanClient)
 	if span.IsRecording() {
 		span.SetAttributes(o.store, attribute.String("fence.key", l.key), attribute.Int64("fence.token", l.token),
@@ -388,16 +424,18 @@ func (o *observer) released(ctx context.Context, l *Lease, err error, start time
 	if o.releases.Enabled(ctx) {
 		o.releases.Add(ctx, 1, o.attrs(l.key, attribute.String("outcome", outcome)))
 	}
-	_, span := o.tracer.Start(ctx, "fence.release", trace.WithTimestamp(start), spanClient)
-	if span.IsRecording() {
-		span.SetAttributes(o.store, attribute.String("fence.key", l.key), attribute.Int64("fence.token", l.token),
-			attribute.String("fence.outcome", outcome))
-		if err != nil && outcome == "error" {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+	if o.tracing() {
+		_, span := o.tracer.Start(ctx, "fence.release", trace.WithTimestamp(start), spanClient)
+		if span.IsRecording() {
+			span.SetAttributes(o.store, attribute.String("fence.key", l.key), attribute.Int64("fence.token", l.token),
+				attribute.String("fence.outcome", outcome))
+			if err != nil && outcome == "error" {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
 		}
+		span.End()
 	}
-	span.End()
 
 	// The "TTL shorter than the work" anti-pattern: renewal hides it until
 	// a pause longer than the TTL lets a second holder in.

@@ -23,22 +23,43 @@ type schedule struct {
 	armed time.Time // when timer fires; zero when it is not set
 }
 
-// event is one deadline: f runs on a goroutine of its own at (or just
-// after) at, unless removed first.
+// event is one deadline: at (or just after) at, unless removed first, f
+// runs on a goroutine of its own, or, if f is nil, lease's expire or
+// renewTick (a lease's events are fields of the Lease, so that scheduling
+// them allocates nothing).
 type event struct {
 	at    time.Time
 	f     func()
-	index int // in the queue; -1 once it ran or was removed
+	lease *Lease
+	renew bool // renewTick, not expire
+	index int  // in the queue; -1 once it ran or was removed
+}
+
+func (e *event) run() {
+	switch {
+	case e.f != nil:
+		e.f()
+	case e.renew:
+		e.lease.renewTick()
+	default:
+		e.lease.expire()
+	}
 }
 
 // add schedules f to run at at.
 func (s *schedule) add(at time.Time, f func()) *event {
-	e := &event{at: at, f: f}
+	e := &event{f: f, index: -1}
+	s.put(e, at)
+	return e
+}
+
+// put schedules e, which is not scheduled now, for at.
+func (s *schedule) put(e *event, at time.Time) {
 	s.mu.Lock()
+	e.at = at
 	heap.Push(&s.queue, e)
 	s.armLocked()
 	s.mu.Unlock()
-	return e
 }
 
 // move makes e run at at instead. It reports false if e already ran or
@@ -101,7 +122,7 @@ func (s *schedule) fire() {
 	s.armLocked()
 	s.mu.Unlock()
 	for _, e := range due {
-		go e.f()
+		go e.run()
 	}
 }
 
