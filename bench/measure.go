@@ -35,6 +35,8 @@ type Config struct {
 	Hold time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+	// Only, if set, keeps the contenders whose ID (store/name) it accepts.
+	Only func(id string) bool
 }
 
 // DefaultConfig is the full run that docs/performance.md reports.
@@ -88,6 +90,10 @@ type Result struct {
 	// pair in the serial measurement (commands, statements or unary
 	// RPCs; messages on streams such as watches are not counted).
 	RoundTrips float64
+	// ServerTime is the time the server spent executing the requests of
+	// one pair in the serial measurement, where it tells (Redis, and
+	// PostgreSQL with pg_stat_statements); 0 where it does not.
+	ServerTime time.Duration
 	// Handoff is the time from a holder's release to the next waiter
 	// holding the lock, by number of waiters.
 	Handoff map[int]Stats
@@ -98,12 +104,15 @@ type Result struct {
 	parallelOps      int
 	mallocs, bytes   uint64
 	rt               int64
+	srvTime          time.Duration
+	srvTimeKnown     bool
 	handoff          map[int][]time.Duration
 }
 
-// Run measures every contender on srv with cfg. It opens its own clients
-// and closes them before returning.
-func Run(ctx context.Context, contenders []Contender, cfg Config) ([]*Result, error) {
+// Run measures every contender with cfg. It opens its own clients and
+// closes them before returning. srv, if not nil, is asked for the
+// servers' own time per request.
+func Run(ctx context.Context, srv *Servers, contenders []Contender, cfg Config) ([]*Result, error) {
 	logf := func(format string, args ...any) {
 		if cfg.Log != nil {
 			fmt.Fprintf(cfg.Log, format+"\n", args...)
@@ -148,12 +157,18 @@ func Run(ctx context.Context, contenders []Contender, cfg Config) ([]*Result, er
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
+			srv0, known0 := srv.serverTime(ctx, c.Store)
 			rt0 := o.rt.Load()
 			start := time.Now()
 			lat, err := uncontended(ctx, o.client, 1, cfg.Ops, "bench/u1/"+c.Name)
 			took := time.Since(start)
 			rt1 := o.rt.Load()
 			runtime.ReadMemStats(&after)
+			srv1, known1 := srv.serverTime(ctx, c.Store)
+			if known0 && known1 {
+				r.srvTime += srv1 - srv0
+				r.srvTimeKnown = true
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: uncontended: %w", c.ID(), err)
 			}
@@ -202,6 +217,9 @@ func Run(ctx context.Context, contenders []Contender, cfg Config) ([]*Result, er
 		r.Allocs = float64(r.mallocs) / n
 		r.Bytes = float64(r.bytes) / n
 		r.RoundTrips = float64(r.rt) / n
+		if r.srvTimeKnown {
+			r.ServerTime = time.Duration(float64(r.srvTime) / n)
+		}
 		for w, lat := range r.handoff {
 			r.Handoff[w] = summarize(lat)
 		}
@@ -272,6 +290,21 @@ func handoff(ctx context.Context, c Contender, waiters, want int, hold time.Dura
 		clients = append(clients, cl)
 	}
 
+	// Warm every client up first, as a long-running process would be: its
+	// connections, sessions and prepared statements exist before the
+	// handoffs start (fence on etcd, for one, grants its session lease on
+	// its first acquisition).
+	lockers := make([]Locker, n)
+	for i, cl := range clients {
+		lockers[i] = cl.Locker()
+		if err := lockers[i].Lock(ctx, fmt.Sprintf("%s/warm/%d", key, i)); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+		if err := lockers[i].Unlock(ctx); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+
 	limit := time.Minute + time.Duration(want)*(hold+time.Second)
 	bctx, cancel := context.WithTimeoutCause(ctx, limit, errors.New("handoffs took too long"))
 	defer cancel()
@@ -285,8 +318,7 @@ func handoff(ctx context.Context, c Contender, waiters, want int, hold time.Dura
 		errs     = make([]error, n)
 		wg       sync.WaitGroup
 	)
-	for i, cl := range clients {
-		lk := cl.Locker()
+	for i, lk := range lockers {
 		wg.Go(func() {
 			defer closeLocker(lk)
 			for {

@@ -82,6 +82,8 @@ type Row struct {
 	Ratios []float64
 }
 
+const serverTimeLabel = "server time per acquire + release (µs)"
+
 var storeTitles = map[string]string{"redis": "Redis", "postgres": "PostgreSQL", "etcd": "etcd"}
 
 // Rows returns the figures of one store's table.
@@ -95,6 +97,7 @@ func (rep *Report) Rows(store string) []Row {
 	p := rep.Config.Parallel
 	figs := []figure{
 		{"round trips per acquire + release", func(r *Result) float64 { return r.RoundTrips }},
+		{serverTimeLabel, func(r *Result) float64 { return float64(r.ServerTime) / float64(time.Microsecond) }},
 		{"1 client: p50 (ms)", func(r *Result) float64 { return ms(r.Serial.P50) }},
 		{"1 client: p99 (ms)", func(r *Result) float64 { return ms(r.Serial.P99) }},
 		{"1 client: pairs/s", func(r *Result) float64 { return r.SerialRate }},
@@ -112,6 +115,9 @@ func (rep *Report) Rows(store string) []Row {
 	}
 	var rows []Row
 	for _, f := range figs {
+		if f.label == serverTimeLabel && !slices.ContainsFunc(rs, func(r *Result) bool { return r.ServerTime > 0 }) {
+			continue // the store does not tell
+		}
 		row := Row{Label: f.label, Values: map[string]float64{}}
 		for _, r := range rs {
 			row.Values[r.Contender.Name] = f.get(r)
@@ -268,7 +274,9 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		"p50 and p99 are of single pairs, pairs/s of the whole turn\n", c.Rounds, c.Ops, c.Ops, c.Parallel)
 	pr("- allocations and bytes: `runtime.MemStats` around the 1-client turns, per pair (the whole process, " +
 		"so the client's background work counts too); round trips: requests the client sent to the store per pair " +
-		"(go-redis hook, pgx tracer, gRPC unary interceptor; watch and keepalive streams not counted)\n")
+		"(go-redis hook, pgx tracer, gRPC unary interceptor; watch and keepalive streams not counted); " +
+		"server time: the server's own time executing them, per pair, from `INFO commandstats` (Redis) and " +
+		"`pg_stat_statements` (PostgreSQL, execution only, not planning)\n")
 	pr("- handoff: for 1 to N waiters, N+1 clients of the contender, each opened like a separate process, "+
 		"take one key in turn; a holder keeps it until all the others are inside their Lock call and %v more, "+
 		"then releases; the figure is the time from its Unlock call to another client's Lock returning. "+
@@ -341,12 +349,12 @@ func Measure(ctx context.Context, srv *Servers, stores []string, cfg Config) (*R
 	stores = sortedStores(stores)
 	var cs []Contender
 	for _, c := range Contenders(srv) {
-		if slices.Contains(stores, c.Store) {
+		if slices.Contains(stores, c.Store) && (cfg.Only == nil || cfg.Only(c.ID())) {
 			cs = append(cs, c)
 		}
 	}
 	start := time.Now()
-	results, err := Run(ctx, cs, cfg)
+	results, err := Run(ctx, srv, cs, cfg)
 	if err != nil {
 		return nil, err
 	}

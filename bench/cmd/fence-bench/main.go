@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -48,6 +49,7 @@ func run() error {
 		out      = flag.String("out", "../docs/performance.md", "where to write the report; - for stdout")
 		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		quiet    = flag.Bool("q", false, "no progress on stderr")
+		only     = flag.String("only", "", "measure only the contenders whose store/name matches this regular expression (for a closer look; the report's ratios need fence and the others)")
 	)
 	flag.Parse()
 	cfg := def
@@ -99,6 +101,8 @@ func run() error {
 		return err
 	}
 
+	defer srv.Close()
+
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		if err != nil {
@@ -111,6 +115,13 @@ func run() error {
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			return fmt.Errorf("bad -only: %w", err)
+		}
+		cfg.Only = re.MatchString
+	}
 	rep, err := bench.Measure(ctx, srv, ss, cfg)
 	if err != nil {
 		return err
