@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/delayq"
 )
 
 // SessionDriver is session mode: a fence.Driver whose lease is a session
@@ -51,6 +52,8 @@ type SessionDriver struct {
 	active map[*sessionClaim]struct{}
 	closed bool
 
+	watches *delayq.Queue // starts the watch on each lease's connection
+
 	qTry, qWait, qBump, qHolder, qList, qMine string
 
 	qTryRead, qTryWrite, qWaitRead, qWaitWrite, qBumpRW string
@@ -82,7 +85,8 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 		return nil, err
 	}
 	T := ts.tokens.quoted
-	d := &SessionDriver{pool: pool, ts: ts, auto: o.autoSetup, active: make(map[*sessionClaim]struct{})}
+	d := &SessionDriver{pool: pool, ts: ts, auto: o.autoSetup, active: make(map[*sessionClaim]struct{}),
+		watches: delayq.New(watchDelay)}
 	bumpFrom := func(src, where string) string {
 		return `INSERT INTO ` + T + ` AS t (key, lock_id, token, owner, holder_pid, meta, acquired_at)
 			SELECT $1, $2, 1, $3, pg_backend_pid(), $4, clock_timestamp()` + src + where + `
@@ -125,6 +129,7 @@ func (d *SessionDriver) Setup(ctx context.Context) error { return d.ts.setup(ctx
 // connections of leases still held (which frees their locks). The Client
 // releases its leases before; Close does not close the pool.
 func (d *SessionDriver) Close() error {
+	d.watches.Close()
 	d.mu.Lock()
 	d.closed = true
 	idle := d.idle
@@ -419,7 +424,7 @@ func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryL
 	d.mu.Lock()
 	d.active[c] = struct{}{}
 	d.mu.Unlock()
-	c.startWatch()
+	c.pendingWatch = d.watches.Add(c.startWatch)
 	return c
 }
 
@@ -437,9 +442,10 @@ type sessionClaim struct {
 	// reader.
 	unlock string
 
-	watchStop context.CancelFunc
-	watchDone chan struct{}
-	pending   chan checkResult // a renewal check still running, if any
+	pendingWatch *delayq.Item // the watch's start, until it starts or is cancelled
+	watchStop    context.CancelFunc
+	watchDone    chan struct{}
+	pending      chan checkResult // a renewal check still running, if any
 }
 
 func (c *sessionClaim) Token() int64       { return c.token }
@@ -476,6 +482,14 @@ func (c *sessionClaim) report(err error) {
 	}
 }
 
+// watchDelay is how long after the grant a lease's connection starts
+// being watched (a renewal starts the watch sooner). Most leases of a
+// busy key are released before: a watch costs two goroutines and a
+// deadline to interrupt its read, about a fifth of an uncontended acquire
+// + release. A connection that ended meanwhile is seen the moment its
+// watch starts.
+const watchDelay = 100 * time.Millisecond
+
 // startWatch starts reading the idle connection, so that its end (the
 // server terminating the backend, a broken network) is seen at once and
 // reported on Lost. Nothing else is sent on the connection while it runs.
@@ -503,6 +517,13 @@ func (c *sessionClaim) startWatch() {
 }
 
 func (c *sessionClaim) stopWatch() {
+	if c.pendingWatch != nil {
+		ran := c.pendingWatch.Cancel()
+		c.pendingWatch = nil
+		if !ran {
+			return
+		}
+	}
 	if c.watchStop != nil {
 		c.watchStop()
 		<-c.watchDone
