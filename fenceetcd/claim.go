@@ -3,13 +3,13 @@ package fenceetcd
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/delayq"
 )
 
 // claim is one granted lease: the holder's queue entry.
@@ -24,26 +24,16 @@ type claim struct {
 	notify      atomic.Pointer[func(error)] // fence.LossNotifier's function
 	stopSession func() bool                 // stops reporting the session's end
 
-	// The watch on the entry, guarded by d.watches.mu.
-	due   time.Time          // when it starts, unless a renewal starts it sooner
-	state watchState         // pending, watching or done
-	stop  context.CancelFunc // ends it, once watching
+	pendingWatch *delayq.Item       // starts the watch on the entry
+	stop         context.CancelFunc // ends the watch, once started
 }
-
-type watchState uint8
-
-const (
-	watchPending watchState = iota
-	watchRunning
-	watchDone
-)
 
 func (d *Driver) newClaim(s *session, key, name string, rev int64) *claim {
 	c := &claim{d: d, s: s, key: key, name: name, rev: rev, lost: make(chan error, 1)}
 	c.stopSession = context.AfterFunc(s.ended, func() {
 		c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, c.s.err()))
 	})
-	d.watches.add(c)
+	c.pendingWatch = d.watches.Add(c.startWatch)
 	return c
 }
 
@@ -63,18 +53,10 @@ func (c *claim) NotifyLost(f func(error)) {
 	}
 }
 
-// startWatch starts the watch on the entry now, if it is pending.
+// startWatch starts watching the entry for its deletion (an operator's).
+// It runs watchDelay after the grant, or at the first renewal if sooner,
+// once; see watchDelay.
 func (c *claim) startWatch() {
-	c.d.watches.mu.Lock()
-	defer c.d.watches.mu.Unlock()
-	c.startLocked()
-}
-
-func (c *claim) startLocked() {
-	if c.state != watchPending {
-		return
-	}
-	c.state = watchRunning
 	ctx, cancel := context.WithCancel(c.d.ctx)
 	c.stop = cancel
 	c.d.wg.Add(1)
@@ -85,12 +67,9 @@ func (c *claim) startLocked() {
 // running, the watch on the entry.
 func (c *claim) stopWatch() {
 	c.stopSession()
-	c.d.watches.mu.Lock()
-	defer c.d.watches.mu.Unlock()
-	if c.state == watchRunning {
+	if c.pendingWatch.Cancel() {
 		c.stop()
 	}
-	c.state = watchDone
 }
 
 // watchDelay is how long after the grant the watch on a holder's entry
@@ -100,76 +79,6 @@ func (c *claim) stopWatch() {
 // not missed: the watch starts from the entry's create revision, so it
 // replays it.
 const watchDelay = 100 * time.Millisecond
-
-// watchQueue starts the watches of a driver's claims watchDelay after
-// their grant, from one timer.
-type watchQueue struct {
-	mu     sync.Mutex
-	queue  []*claim // by due time: every claim waits watchDelay
-	timer  *time.Timer
-	armed  bool
-	closed bool
-}
-
-func (q *watchQueue) add(c *claim) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	c.due = time.Now().Add(watchDelay)
-	if q.closed {
-		c.state = watchDone
-		return
-	}
-	q.queue = append(q.queue, c)
-	if !q.armed {
-		q.armLocked(watchDelay)
-	}
-}
-
-func (q *watchQueue) armLocked(d time.Duration) {
-	q.armed = true
-	if q.timer == nil {
-		q.timer = time.AfterFunc(d, q.fire)
-	} else {
-		q.timer.Reset(d)
-	}
-}
-
-// fire starts the watches that are due and arms the timer for the next.
-func (q *watchQueue) fire() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.armed = false
-	if q.closed {
-		return
-	}
-	now := time.Now()
-	n := 0
-	for n < len(q.queue) && !q.queue[n].due.After(now) {
-		q.queue[n].startLocked()
-		q.queue[n] = nil
-		n++
-	}
-	q.queue = q.queue[n:]
-	if len(q.queue) > 0 {
-		q.armLocked(time.Until(q.queue[0].due))
-	}
-}
-
-// close starts no more watches; the driver's context ends those running.
-func (q *watchQueue) close() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.closed = true
-	for _, c := range q.queue {
-		if c.state == watchPending {
-			c.state = watchDone
-		}
-	}
-	q.queue = nil
-	if q.timer != nil {
-		q.timer.Stop()
-	}
-}
 
 // watch reports the deletion of the entry as soon as etcd tells. It runs
 // until then or until the claim is released. If the watch itself breaks,
@@ -236,7 +145,7 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 		c.stopWatch()
 		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
 	}
-	c.startWatch()
+	c.pendingWatch.Start()
 	return nil
 }
 

@@ -72,6 +72,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/delayq"
 	"github.com/fencing/fence/internal/keyenc"
 )
 
@@ -94,7 +95,7 @@ type Driver struct {
 	sessions map[int64]*session // by requested TTL in seconds
 	closed   bool
 
-	watches watchQueue // of the holders' entries; see claim.go
+	watches *delayq.Queue // starts the watches on holders' entries; see claim.go
 }
 
 var (
@@ -119,7 +120,7 @@ func WithPrefix(prefix string) Option {
 // New returns a Driver over cli. The caller keeps ownership of cli and
 // closes it after the Driver.
 func New(cli *clientv3.Client, opts ...Option) *Driver {
-	d := &Driver{cli: cli, root: DefaultPrefix + "/", sessions: make(map[int64]*session)}
+	d := &Driver{cli: cli, root: DefaultPrefix + "/", sessions: make(map[int64]*session), watches: delayq.New(watchDelay)}
 	for _, o := range opts {
 		o(d)
 	}
@@ -132,7 +133,7 @@ func New(cli *clientv3.Client, opts ...Option) *Driver {
 // not close the etcd client.
 func (d *Driver) Close() error {
 	d.cancel() // first: it ends a grant in progress, which holds d.mu
-	d.watches.close()
+	d.watches.Close()
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
