@@ -266,11 +266,16 @@ func closeLocker(lk Locker) {
 	}
 }
 
+// firstHold is how much longer the first holder of a handoff batch keeps
+// the lock.
+const firstHold = 100 * time.Millisecond
+
 // handoff opens waiters+1 clients of c, as separate processes would, and
 // lets them take key in turn until want handoffs were timed: the time from
 // the moment a holder calls Unlock to the moment another's Lock returns.
 // A holder keeps the lock until every other client is inside Lock and
-// then for hold more, so they all wait; after releasing it calls Lock
+// then for hold more (the first holder firstHold more again), so they all
+// wait; after releasing it calls Lock
 // again only once another holds the key, so that it never simply takes
 // back the lock it released.
 func handoff(ctx context.Context, c Contender, waiters, want int, hold time.Duration, key string) ([]time.Duration, error) {
@@ -337,6 +342,7 @@ func handoff(ctx context.Context, c Contender, waiters, want int, hold time.Dura
 				if r := released.Swap(0); r != 0 && last != i && len(lat) < want {
 					lat = append(lat, got.Sub(time.Unix(0, r)))
 				}
+				firstHolder := last == -1
 				last = i
 				close(turn)
 				turn = make(chan struct{})
@@ -350,6 +356,13 @@ func handoff(ctx context.Context, c Contender, waiters, want int, hold time.Dura
 					time.Sleep(100 * time.Microsecond)
 				}
 				if bctx.Err() == nil {
+					if firstHolder {
+						// The others have just called Lock: give every one
+						// of them time to be waiting in earnest (for some
+						// contenders that is several requests) before the
+						// first handoff.
+						time.Sleep(firstHold)
+					}
 					time.Sleep(hold)
 				}
 				released.Store(time.Now().UnixNano())

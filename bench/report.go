@@ -289,7 +289,8 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		"server time: the server's own time executing them, per pair, from `INFO commandstats` (Redis) and " +
 		"`pg_stat_statements` (PostgreSQL, execution only, not planning)\n")
 	pr("- handoff: for 1 to N waiters, N+1 clients of the contender, each opened like a separate process, "+
-		"take one key in turn; a holder keeps it until all the others are inside their Lock call and %v more, "+
+		"take one key in turn; a holder keeps it until all the others are inside their Lock call and %v more "+
+		"(the first holder of each turn 100 ms more again, so that every waiter is queued before the first handoff), "+
 		"then releases; the figure is the time from its Unlock call to another client's Lock returning. "+
 		"%d rounds, %d handoffs per contender per round\n", c.Hold, c.Rounds, c.Handoffs)
 	pr("- ratios are fence's figure divided by the other's: below 1 fence takes less time (or allocates less); " +
