@@ -18,8 +18,12 @@ type claim struct {
 	s    *session
 	key  string
 	name string // the entry's etcd key
-	rev  int64  // its create revision: the token
-	lost chan error
+	// prefix and slot name the entry among the session's (queue.prefix,
+	// queue.slot); the name is given back once the entry is gone.
+	prefix string
+	slot   int
+	rev    int64 // its create revision: the token
+	lost   chan error
 
 	notify      atomic.Pointer[func(error)] // fence.LossNotifier's function
 	stopSession func() bool                 // stops reporting the session's end
@@ -28,8 +32,8 @@ type claim struct {
 	stop         context.CancelFunc // ends the watch, once started
 }
 
-func (d *Driver) newClaim(s *session, key, name string, rev int64) *claim {
-	c := &claim{d: d, s: s, key: key, name: name, rev: rev, lost: make(chan error, 1)}
+func (d *Driver) newClaim(s *session, key string, q queue, rev int64) *claim {
+	c := &claim{d: d, s: s, key: key, name: q.name, prefix: q.prefix, slot: q.slot, rev: rev, lost: make(chan error, 1)}
 	c.stopSession = context.AfterFunc(s.ended, func() {
 		c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, c.s.err()))
 	})
@@ -160,6 +164,7 @@ func (c *claim) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fenceetcd: release %q: %w", c.key, err)
 	}
+	c.s.freeSlot(c.prefix, c.slot) // deleted now, or gone already
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
 	}

@@ -4,10 +4,13 @@
 //
 // The layout, under the driver's prefix ("fence" by default):
 //
-//	<prefix>/<escaped key>/<escaped owner>   value: {"owner":..., "meta":{...}}
+//	<prefix>/<escaped key>/<lease id>.<n>   value: {"owner":..., "meta":{...}}
 //
 // The escaped key contains no "/" (see below), so the entries of "a" and
-// of "a/b" are siblings and never nest. Every contender puts its entry
+// of "a/b" are siblings and never nest. An entry's name is its session's
+// etcd lease id (hex) and a number the session reuses once the entry is
+// gone, so a key's directory holds few distinct names however often it is
+// taken (see session.takeSlot); the owner is in the value. Every contender puts its entry
 // bound to its session lease; the holder is the entry with the smallest
 // create revision. The token is the holder entry's create revision: etcd's
 // revision counter is cluster-wide, persisted and never goes back, so it
@@ -198,7 +201,7 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	q := d.queueOf(req)
+	q := d.queueOf(s, req)
 	if req.Kind == fence.KindSemaphore {
 		return d.trySlot(ctx, s, req, q)
 	}
@@ -209,17 +212,18 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 		Commit()
 	if err != nil {
 		// The put may have been applied though the reply was lost.
-		d.abandon(s, q.name)
+		d.abandon(s, q)
 		return nil, d.opError(s, "acquire", req.Key, err)
 	}
 	if !resp.Succeeded {
+		s.freeSlot(q.prefix, q.slot) // nothing was put
 		held := &fence.HeldError{Key: req.Key}
 		if h, ok := holder(req.Key, resp.Responses[0].GetResponseRange().Kvs); ok {
 			held.Holder = &h
 		}
 		return nil, held
 	}
-	return d.newClaim(s, req.Key, q.name, resp.Header.Revision), nil
+	return d.newClaim(s, req.Key, q, resp.Header.Revision), nil
 }
 
 // Acquire implements fence.BlockingAcquirer: it queues this owner's entry
@@ -229,7 +233,7 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	q := d.queueOf(req)
+	q := d.queueOf(s, req)
 	if req.Kind == fence.KindSemaphore {
 		return d.acquireSlot(ctx, s, req, q)
 	}
@@ -238,21 +242,21 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 			clientv3.OpGet(q.ahead, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
-		d.abandon(s, q.name)
+		d.abandon(s, q)
 		return nil, d.opError(s, "acquire", req.Key, err)
 	}
 	rev := resp.Header.Revision
 	first := resp.Responses[1].GetResponseRange().Kvs
 	if len(first) != 0 && first[0].CreateRevision != rev {
 		if err := d.waitTurn(ctx, s, q.ahead, q.name, rev); err != nil {
-			d.abandon(s, q.name)
+			d.abandon(s, q)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 		}
 	}
-	return d.newClaim(s, req.Key, q.name, rev), nil
+	return d.newClaim(s, req.Key, q, rev), nil
 }
 
 var (
@@ -366,12 +370,14 @@ var errClosed = errors.New("fenceetcd: driver closed")
 // reached to delete it, the session stops being kept alive, so that the
 // entry expires with it instead of standing in the queue for ever; leases
 // held on the same session are then lost, loudly.
-func (d *Driver) abandon(s *session, name string) {
+func (d *Driver) abandon(s *session, q queue) {
 	ctx, cancel := context.WithTimeout(d.ctx, s.ttl)
 	defer cancel()
-	if _, err := d.cli.Delete(ctx, name); err != nil {
-		s.end(fmt.Errorf("fenceetcd: could not delete abandoned queue entry %s: %w", name, err))
+	if _, err := d.cli.Delete(ctx, q.name); err != nil {
+		s.end(fmt.Errorf("fenceetcd: could not delete abandoned queue entry %s: %w", q.name, err))
+		return
 	}
+	s.freeSlot(q.prefix, q.slot)
 }
 
 // opError wraps a failed etcd call; a missing lease means the session is
