@@ -95,4 +95,15 @@ acquire + release):
   (most short leases never need it; a deletion meanwhile is replayed), and
   its waiters no longer watch from a past revision, which had put 100 ms
   outliers into its handoffs.
+- fenceetcd reuses its entries' names (the session's lease id and a
+  number) instead of naming each entry after its owner: etcd keeps every
+  deleted key in its index until a compaction, and every acquisition
+  ranges over its key's directory, so with a new name per acquisition a
+  busy key got slower with every acquisition (before the change, 8 clients
+  managed about 2000 acquire + release pairs a second where etcd's Mutex
+  and the raw floor managed 3500).
+- fencepg session mode starts reading a lease's idle connection 100 ms
+  after the grant (or at its first renewal), for the same reason as the
+  etcd watch: a connection that ended meanwhile is reported as soon as the
+  reading starts.
 `
