@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -276,6 +277,9 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 			vs = append(vs, v)
 		}
 	}
+	if libs := libraryVersions(); libs != "" {
+		pr("- libraries: %s\n", libs)
+	}
 	pr("- servers: %s, each private, on loopback, started by `internal/testserver` "+
 		"(Redis without persistence; PostgreSQL with fsync off; etcd with its defaults for its version)\n", strings.Join(vs, ", "))
 	c := rep.Config
@@ -387,4 +391,24 @@ func waitersText(n int) string {
 		return "1 waiter"
 	}
 	return fmt.Sprintf("%d waiters", n)
+}
+
+// libraryVersions lists the versions of the client libraries in this
+// build, from its build information.
+func libraryVersions() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	want := []string{"github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/redis/go-redis/v9",
+		"github.com/jackc/pgx/v5", "go.etcd.io/etcd/client/v3"}
+	var out []string
+	for _, path := range want {
+		for _, m := range bi.Deps {
+			if m.Path == path {
+				out = append(out, path+" "+m.Version)
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
