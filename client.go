@@ -17,9 +17,10 @@ import (
 // everything that is the same for every store: waiting, renewal, local
 // validity and loss. A Client is safe for concurrent use.
 type Client struct {
-	drv Driver
-	cfg config
-	obs *observer
+	drv   Driver
+	cfg   config
+	obs   *observer
+	sched schedule // the leases' deadlines
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
@@ -150,7 +151,7 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 	}
 
 	waitStart := time.Now()
-	waitDone := c.obs.waitStarted(spanCtx, key, held)
+	waitDone := c.obs.waitStarted(spanCtx, span, key, held)
 	defer func() {
 		waited = time.Since(waitStart)
 		waitDone(waited)
@@ -340,6 +341,7 @@ func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim
 		return nil, &LostError{Key: req.Key, Token: claim.Token(), Reason: LossExpired, Err: errLateReply}
 	}
 	l := newLease(c, cfg, req, claim, validUntil, ctx)
+	c.obs.granted(ctx, l)
 	l.start()
 	c.mu.Lock()
 	if c.closed {

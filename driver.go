@@ -13,7 +13,7 @@ import (
 //
 // Extra powers are optional interfaces that the Client discovers by type
 // assertion: [Watcher], [BlockingAcquirer], [Inspector], [Lister] on the
-// Driver, and [SessionClaim] on a [Claim].
+// Driver, and [SessionClaim] and [LossNotifier] on a [Claim].
 //
 // A Driver must be safe for concurrent use. The conformance suite in
 // package fencetest checks every rule a driver must keep.
@@ -125,6 +125,22 @@ type SessionClaim interface {
 	// session that holds the lease is gone. The Client then treats the
 	// lease as lost at once.
 	Lost() <-chan error
+}
+
+// LossNotifier is implemented by a SessionClaim whose driver already runs
+// something that learns of the session's loss (a watch, a keepalive, a
+// goroutine reading the connection). The Client then registers a function
+// instead of running a goroutine of its own per lease to receive from
+// Lost.
+type LossNotifier interface {
+	SessionClaim
+	// NotifyLost registers f. The Client calls it once, right after the
+	// claim is granted and before any other method. The driver calls f
+	// once, with the cause, when the session holding the lease is gone
+	// (at once if it is gone already), from any goroutine and without
+	// holding locks f could need; it may still do so during or after
+	// Release, and need not send on Lost once f is registered.
+	NotifyLost(f func(cause error))
 }
 
 // Watcher is implemented by drivers that can notify waiters of a change

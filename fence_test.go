@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ type hooked struct {
 	replyDelay  time.Duration                                      // after TryAcquire's store call
 	extendHook  func(ctx context.Context, next func() error) error // around Extend's store call, if set
 	sessionLost chan error                                         // makes claims SessionClaims
+	notifyLost  bool                                               // and LossNotifiers, reporting sessionLost by call
 	releases    atomic.Int32
 }
 
@@ -46,6 +48,9 @@ func (h *hooked) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	}
 	time.Sleep(delay)
 	hc := &hookedClaim{Claim: c, h: h}
+	if h.sessionLost != nil && h.notifyLost {
+		return &notifyingClaim{sessionClaim: sessionClaim{hc}}, nil
+	}
 	if h.sessionLost != nil {
 		return &sessionClaim{hc}, nil
 	}
@@ -82,6 +87,32 @@ func (c *hookedClaim) Release(ctx context.Context) error {
 type sessionClaim struct{ *hookedClaim }
 
 func (c *sessionClaim) Lost() <-chan error { return c.h.sessionLost }
+
+// notifyingClaim reports the loss of its session by calling the Client's
+// function, from a goroutine of its own, as a driver's watch would.
+type notifyingClaim struct {
+	sessionClaim
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (c *notifyingClaim) NotifyLost(f func(error)) {
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.done)
+		select {
+		case err := <-c.h.sessionLost:
+			f(err)
+		case <-c.stop:
+		}
+	}()
+}
+
+func (c *notifyingClaim) Release(ctx context.Context) error {
+	close(c.stop)
+	<-c.done
+	return c.sessionClaim.Release(ctx)
+}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -193,21 +224,41 @@ func TestRefusedRenewalLosesAtOnce(t *testing.T) {
 }
 
 func TestSessionLossLosesAtOnce(t *testing.T) {
-	ctx := ctxT(t)
-	h := newHooked()
-	h.sessionLost = make(chan error, 1)
-	c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.sessionLost <- errors.New("connection terminated by administrator")
-	waitDone(t, l, 2*time.Second)
-	if got := lossReason(t, l); got != fence.LossSession {
-		t.Errorf("reason %q; want %q", got, fence.LossSession)
-	}
-	if !strings.Contains(l.Err().Error(), "terminated by administrator") {
-		t.Errorf("cause %q does not carry the driver's error", l.Err())
+	for _, notify := range []bool{false, true} {
+		t.Run(fmt.Sprintf("LossNotifier=%v", notify), func(t *testing.T) {
+			ctx := ctxT(t)
+			h := newHooked()
+			h.sessionLost = make(chan error, 1)
+			h.notifyLost = notify
+			c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
+			l, err := c.TryAcquire(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.sessionLost <- errors.New("connection terminated by administrator")
+			waitDone(t, l, 2*time.Second)
+			if got := lossReason(t, l); got != fence.LossSession {
+				t.Errorf("reason %q; want %q", got, fence.LossSession)
+			}
+			if !strings.Contains(l.Err().Error(), "terminated by administrator") {
+				t.Errorf("cause %q does not carry the driver's error", l.Err())
+			}
+			if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+				t.Errorf("Release after the loss: %v; want ErrLost", err)
+			}
+			// A released lease whose driver reports a loss late stays
+			// released.
+			l2, err := c.TryAcquire(ctx, "k2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l2.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(l2.Err(), fence.ErrReleased) {
+				t.Errorf("released lease's cause %v; want ErrReleased", l2.Err())
+			}
+		})
 	}
 }
 

@@ -39,10 +39,26 @@ type Lease struct {
 
 	mu         sync.Mutex
 	validUntil time.Time
-	expiry     *time.Timer
-	ended      bool // lost or released
+	expiry     *event // when validUntil comes, on c.sched
+	ended      bool   // lost or released
 
-	loopDone chan struct{}
+	// Renewals run from the Client's schedule (renewTick), which costs
+	// no goroutine while the lease waits; renewRunning and renewIdle,
+	// guarded by mu, let Release wait for a renewal in progress. A
+	// session-bound lease whose claim is not a LossNotifier also has a
+	// goroutine watching its session (watchSession); watchDone is closed
+	// when it ends, nil for other leases.
+	expiryEv     event // expiry points here once scheduled
+	renewEv      event
+	renewRunning bool
+	renewIdle    chan struct{} // closed when the running renewal ends; nil if none waits
+	watchDone    chan struct{}
+
+	released releasedError // the cause of a released lease, kept here to spare an allocation
+
+	// countedHeld: the fence.leases.held gauge counted this lease (see
+	// observer.granted). Set before the lease starts, read once it ends.
+	countedHeld bool
 }
 
 func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.Time, ctx context.Context) *Lease {
@@ -55,24 +71,85 @@ func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.T
 		claim:      claim,
 		acquired:   time.Now(),
 		validUntil: validUntil,
-		loopDone:   make(chan struct{}),
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	return l
 }
 
-// start arms the validity timer and, if the lease renews or is
-// session-bound, the goroutine that keeps it.
+// start schedules the end of the lease's validity and, unless
+// WithoutRenewal, its first renewal; a session-bound lease also gets the
+// goroutine that watches its session.
 func (l *Lease) start() {
 	l.mu.Lock()
-	l.expiry = time.AfterFunc(time.Until(l.validUntil), l.expire)
+	l.expiryEv = event{lease: l, index: -1}
+	l.renewEv = event{lease: l, renew: true, index: -1}
+	l.expiry = &l.expiryEv
+	l.c.sched.put(l.expiry, l.validUntil)
+	if !l.cfg.noRenew {
+		l.c.sched.put(&l.renewEv, time.Now().Add(l.cfg.renewInterval()))
+	}
+	sc, session := l.claim.(SessionClaim)
+	ln, notifies := l.claim.(LossNotifier)
+	if session && !notifies {
+		l.watchDone = make(chan struct{})
+		go l.watchSession(sc.Lost())
+	}
 	l.mu.Unlock()
-	_, session := l.claim.(SessionClaim)
-	if l.cfg.noRenew && !session {
-		close(l.loopDone)
+	if notifies {
+		// Outside l.mu: the driver may call the function at once.
+		ln.NotifyLost(func(err error) { l.lose(LossSession, err) })
+	}
+}
+
+// renewTick is one scheduled renewal: it renews, then schedules the next,
+// until the lease ends.
+func (l *Lease) renewTick() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
 		return
 	}
-	go l.keep()
+	l.renewRunning = true
+	l.mu.Unlock()
+
+	next, ok := l.renewOnce(l.cfg.renewInterval())
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewRunning = false
+	if l.renewIdle != nil {
+		close(l.renewIdle)
+		l.renewIdle = nil
+	}
+	if ok && !l.ended {
+		l.c.sched.put(&l.renewEv, time.Now().Add(next))
+	}
+}
+
+// unscheduleLocked removes the lease's deadlines from the schedule; l.mu
+// is held and l.ended set, so no renewal starts after it.
+func (l *Lease) unscheduleLocked() {
+	l.c.sched.remove(l.expiry)
+	l.c.sched.remove(&l.renewEv)
+}
+
+// waitRenewals returns once nothing of the ended lease runs any more: no
+// renewal, no session watch.
+func (l *Lease) waitRenewals() {
+	if l.watchDone != nil {
+		<-l.watchDone
+	}
+	l.mu.Lock()
+	if !l.renewRunning {
+		l.mu.Unlock()
+		return
+	}
+	if l.renewIdle == nil {
+		l.renewIdle = make(chan struct{})
+	}
+	idle := l.renewIdle
+	l.mu.Unlock()
+	<-idle
 }
 
 // Key returns the lease's key.
@@ -162,7 +239,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
-		<-l.loopDone
+		l.waitRenewals()
 		l.c.forget(l)
 		cause := l.Err()
 		var lost *LostError
@@ -174,11 +251,12 @@ func (l *Lease) Release(ctx context.Context) error {
 		return cause
 	}
 	l.ended = true
-	l.expiry.Stop()
-	l.cancel(fmt.Errorf("%w: %q (token %d)", ErrReleased, l.key, l.token))
+	l.unscheduleLocked()
+	l.released = releasedError{key: l.key, token: l.token}
+	l.cancel(&l.released)
 	l.mu.Unlock()
 
-	<-l.loopDone
+	l.waitRenewals()
 	start := time.Now()
 	err := l.releaseClaim(ctx)
 	var reason LossReason
@@ -216,35 +294,14 @@ func (l *Lease) extend(ctx context.Context) error {
 	return l.claim.Extend(ctx, l.cfg.ttl)
 }
 
-// keep renews the lease every renew interval and watches its session, until
-// the lease ends.
-func (l *Lease) keep() {
-	defer close(l.loopDone)
-	var sessionLost <-chan error
-	if sc, ok := l.claim.(SessionClaim); ok {
-		sessionLost = sc.Lost()
-	}
-	var tick <-chan time.Time
-	interval := l.cfg.renewInterval()
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	if !l.cfg.noRenew {
-		tick = timer.C
-	}
-	for {
-		select {
-		case <-l.ctx.Done():
-			return
-		case err := <-sessionLost:
-			l.lose(LossSession, err)
-			return
-		case <-tick:
-			next, ok := l.renewOnce(interval)
-			if !ok {
-				return
-			}
-			timer.Reset(next)
-		}
+// watchSession waits for the loss of a session-bound lease's session, or
+// the end of the lease.
+func (l *Lease) watchSession(lost <-chan error) {
+	defer close(l.watchDone)
+	select {
+	case <-l.ctx.Done():
+	case err := <-lost:
+		l.lose(LossSession, err)
 	}
 }
 
@@ -293,7 +350,11 @@ func (l *Lease) extendValidity(sent time.Time) {
 		return
 	}
 	l.validUntil = until
-	l.expiry.Reset(time.Until(until))
+	if !l.c.sched.move(l.expiry, until) {
+		// The end of the old validity is running now: expire finds the
+		// lease valid, and this is the new end.
+		l.c.sched.put(l.expiry, until)
+	}
 }
 
 // expire runs when the validity timer fires.
@@ -315,7 +376,7 @@ func (l *Lease) lose(reason LossReason, err error) {
 		return
 	}
 	l.ended = true
-	l.expiry.Stop()
+	l.unscheduleLocked()
 	lost := &LostError{Key: l.key, Token: l.token, Reason: reason, Err: err}
 	l.cancel(lost)
 	l.mu.Unlock()
@@ -323,3 +384,17 @@ func (l *Lease) lose(reason LossReason, err error) {
 	l.c.obs.ended(context.WithoutCancel(l.ctx), l, reason)
 	l.cfg.logger.Error("fence: lease lost", "key", l.key, "token", l.token, "reason", string(reason), "err", err)
 }
+
+// releasedError is the cause of a released lease's context: it matches
+// ErrReleased. Its message is made only when asked for, as Release runs
+// on every lease.
+type releasedError struct {
+	key   string
+	token int64
+}
+
+func (e *releasedError) Error() string {
+	return fmt.Sprintf("%v: %q (token %d)", ErrReleased, e.key, e.token)
+}
+
+func (e *releasedError) Unwrap() error { return ErrReleased }

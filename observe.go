@@ -62,6 +62,9 @@ type observer struct {
 	store   attribute.KeyValue
 	withKey bool
 	tracer  trace.Tracer
+	// globalTP: tracer comes from the global provider, which may have an
+	// SDK installed later (otel.SetTracerProvider).
+	globalTP bool
 
 	acquireDuration metric.Float64Histogram
 	waitDuration    metric.Float64Histogram
@@ -79,7 +82,33 @@ type observer struct {
 
 	mu      sync.Mutex
 	overrun map[string]int // leases held longer than their TTL, per key
+
+	// Measurement options for attribute sets without the key, made once:
+	// building an attribute set allocates, and these few recur.
+	storeOnly metric.MeasurementOption
+	optMu     sync.RWMutex
+	opts      map[attribute.KeyValue]metric.MeasurementOption
 }
+
+// spanClient is the span kind option of every span fence starts, made
+// once.
+var spanClient = trace.WithSpanKind(trace.SpanKindClient)
+
+// noSpan stands for a span not started: it records nothing, and using it
+// allocates nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// globalDefaultTP is the type of the tracer provider otel.GetTracerProvider
+// returns while no SDK is installed as the global one: a delegating
+// provider whose spans record nothing until then. Nil if otel's internals
+// change so that it cannot be told apart; spans are then always started.
+var globalDefaultTP = func() reflect.Type {
+	t := reflect.TypeOf(otel.GetTracerProvider())
+	if t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" {
+		return t
+	}
+	return nil
+}()
 
 // maxOverrunKeys bounds the memory spent on the long-hold warning.
 const maxOverrunKeys = 1024
@@ -91,7 +120,8 @@ func newObserver(drv Driver, cfg config) *observer {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	if tp == nil {
+	globalTP := tp == nil
+	if globalTP {
 		tp = otel.GetTracerProvider()
 	}
 	name := cfg.storeName
@@ -103,8 +133,12 @@ func newObserver(drv Driver, cfg config) *observer {
 		store:   attribute.String("fence.store", name),
 		withKey: cfg.keyAttribute,
 		tracer:  tp.Tracer(instrumentation),
-		overrun: make(map[string]int),
+
+		globalTP: globalTP,
+		overrun:  make(map[string]int),
+		opts:     make(map[attribute.KeyValue]metric.MeasurementOption),
 	}
+	o.storeOnly = metric.WithAttributeSet(attribute.NewSet(o.store))
 	// Instrument creation fails only for invalid names; fence's are fixed
 	// and valid, and a failed instrument is a working no-op.
 	o.acquireDuration, _ = m.Float64Histogram("fence.acquire.duration", metric.WithUnit("s"),
@@ -212,12 +246,34 @@ func storeName(drv Driver) string {
 }
 
 func (o *observer) attrs(key string, kv ...attribute.KeyValue) metric.MeasurementOption {
+	if !o.withKey && len(kv) <= 1 {
+		if len(kv) == 0 {
+			return o.storeOnly
+		}
+		o.optMu.RLock()
+		opt, ok := o.opts[kv[0]]
+		o.optMu.RUnlock()
+		if ok {
+			return opt
+		}
+		opt = metric.WithAttributeSet(attribute.NewSet(o.store, kv[0]))
+		o.optMu.Lock()
+		if len(o.opts) < maxCachedAttrSets {
+			o.opts[kv[0]] = opt
+		}
+		o.optMu.Unlock()
+		return opt
+	}
 	set := append([]attribute.KeyValue{o.store}, kv...)
 	if o.withKey {
 		set = append(set, attribute.String("fence.key", key))
 	}
 	return metric.WithAttributes(set...)
 }
+
+// maxCachedAttrSets bounds the cache of attribute sets; fence's own
+// attributes (outcomes, loss reasons) make about a dozen.
+const maxCachedAttrSets = 64
 
 func outcomeOf(err error) string {
 	switch {
@@ -233,47 +289,87 @@ func outcomeOf(err error) string {
 	return outcomeError
 }
 
-// startAcquire opens the acquire span.
+// tracing reports whether a span started now could record. With the
+// global provider and no SDK installed as the global one, it could not,
+// and fence starts none: even a span that records nothing costs a few
+// allocations, on every acquire and release. (The global provider is
+// looked up each time: an SDK may be installed after New.)
+func (o *observer) tracing() bool {
+	return !o.globalTP || globalDefaultTP == nil || reflect.TypeOf(otel.GetTracerProvider()) != globalDefaultTP
+}
+
+// startAcquire opens the acquire span. Its attributes are set only if the
+// span records: with no tracer provider installed, building them would be
+// most of the cost of an uncontended acquire.
 func (o *observer) startAcquire(ctx context.Context, tgt target, wait bool) (context.Context, trace.Span) {
-	return o.tracer.Start(ctx, "fence.acquire", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(o.store, attribute.String("fence.key", tgt.key), attribute.Bool("fence.wait", wait),
-			attribute.String("fence.kind", tgt.kind.String())))
+	if !o.tracing() {
+		return ctx, noSpan
+	}
+	ctx, span := o.tracer.Start(ctx, "fence.acquire", spanClient)
+	if span.IsRecording() {
+		span.SetAttributes(o.store, attribute.String("fence.key", tgt.key), attribute.Bool("fence.wait", wait),
+			attribute.String("fence.kind", tgt.kind.String()))
+	}
+	return ctx, span
 }
 
 // waitStarted records that an Acquire found key held and waits, until the
 // returned function is called. held is what the first attempt found.
-func (o *observer) waitStarted(ctx context.Context, key string, held *HeldError) (done func(waited time.Duration)) {
-	o.waiting.Add(ctx, 1, o.attrs(key))
-	span := trace.SpanFromContext(ctx)
-	var attrs []attribute.KeyValue
-	if held != nil && held.Holder != nil && held.Holder.Token > 0 {
-		attrs = append(attrs, attribute.Int64("fence.holder.token", held.Holder.Token))
+func (o *observer) waitStarted(ctx context.Context, span trace.Span, key string, held *HeldError) (done func(waited time.Duration)) {
+	// Both ends of the gauge or neither, even if a provider is installed
+	// meanwhile.
+	counted := o.waiting.Enabled(ctx)
+	if counted {
+		o.waiting.Add(ctx, 1, o.attrs(key))
 	}
-	span.AddEvent("fence.wait", trace.WithAttributes(attrs...))
+	if span.IsRecording() {
+		var attrs []attribute.KeyValue
+		if held != nil && held.Holder != nil && held.Holder.Token > 0 {
+			attrs = append(attrs, attribute.Int64("fence.holder.token", held.Holder.Token))
+		}
+		span.AddEvent("fence.wait", trace.WithAttributes(attrs...))
+	}
 	return func(waited time.Duration) {
-		o.waiting.Add(ctx, -1, o.attrs(key))
-		span.SetAttributes(attribute.Float64("fence.wait.duration", waited.Seconds()))
+		if counted {
+			o.waiting.Add(ctx, -1, o.attrs(key))
+		}
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Float64("fence.wait.duration", waited.Seconds()))
+		}
 	}
 }
 
 // endAcquire records an acquisition's outcome. waited is the time spent
 // waiting for a held key, zero if it never waited.
 func (o *observer) endAcquire(ctx context.Context, span trace.Span, key string, l *Lease, err error, start time.Time, waited time.Duration) {
-	outcome := attribute.String("outcome", outcomeOf(err))
-	o.acquireDuration.Record(ctx, time.Since(start).Seconds(), o.attrs(key, outcome))
-	if waited > 0 {
-		o.waitDuration.Record(ctx, waited.Seconds(), o.attrs(key, outcome))
+	if o.acquireDuration.Enabled(ctx) || (waited > 0 && o.waitDuration.Enabled(ctx)) {
+		outcome := attribute.String("outcome", outcomeOf(err))
+		o.acquireDuration.Record(ctx, time.Since(start).Seconds(), o.attrs(key, outcome))
+		if waited > 0 {
+			o.waitDuration.Record(ctx, waited.Seconds(), o.attrs(key, outcome))
+		}
 	}
-	span.SetAttributes(attribute.String("fence.outcome", outcome.Value.AsString()))
-	if l != nil {
-		span.SetAttributes(attribute.Int64("fence.token", l.token), attribute.String("fence.owner", l.owner))
-		o.held.Add(ctx, 1, o.attrs(key))
-	}
-	if err != nil && !errors.Is(err, ErrHeld) {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("fence.outcome", outcomeOf(err)))
+		if l != nil {
+			span.SetAttributes(attribute.Int64("fence.token", l.token), attribute.String("fence.owner", l.owner))
+		}
+		if err != nil && !errors.Is(err, ErrHeld) {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
 	}
 	span.End()
+}
+
+// granted counts a new lease as held, before it can end. ended uncounts
+// it only if it was counted, so the gauge stays right when a provider is
+// installed while leases are held.
+func (o *observer) granted(ctx context.Context, l *Lease) {
+	if o.held.Enabled(ctx) {
+		l.countedHeld = true
+		o.held.Add(ctx, 1, o.attrs(l.key))
+	}
 }
 
 func (o *observer) renewed(ctx context.Context, l *Lease, err error, start time.Time) {
@@ -285,23 +381,34 @@ func (o *observer) renewed(ctx context.Context, l *Lease, err error, start time.
 		outcome = "error"
 	}
 	took := time.Since(start)
-	o.renewals.Add(ctx, 1, o.attrs(l.key, attribute.String("outcome", outcome)))
-	o.renewDuration.Record(ctx, took.Seconds(), o.attrs(l.key, attribute.String("outcome", outcome)))
-	_, span := o.tracer.Start(ctx, "fence.renew", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(o.store, attribute.String("fence.key", l.key), attribute.Int64("fence.token", l.token),
-			attribute.String("fence.outcome", outcome)))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+	if o.renewals.Enabled(ctx) || o.renewDuration.Enabled(ctx) {
+		o.renewals.Add(ctx, 1, o.attrs(l.key, attribute.String("outcome", outcome)))
+		o.renewDuration.Record(ctx, took.Seconds(), o.attrs(l.key, attribute.String("outcome", outcome)))
+	}
+	if !o.tracing() {
+		return
+	}
+	_, span := o.tracer.Start(ctx, "fence.renew", trace.WithTimestamp(start), spanClient)
+	if span.IsRecording() {
+		span.SetAttributes(o.store, attribute.String("fence.key", l.key), attribute.Int64("fence.token", l.token),
+			attribute.String("fence.outcome", outcome))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
 	}
 	span.End()
 }
 
 // ended records a lease's end, by loss (reason) or release (reason "").
 func (o *observer) ended(ctx context.Context, l *Lease, reason LossReason) {
-	o.held.Add(ctx, -1, o.attrs(l.key))
-	o.holdDuration.Record(ctx, time.Since(l.acquired).Seconds(), o.attrs(l.key))
-	if reason != "" {
+	if l.countedHeld {
+		o.held.Add(ctx, -1, o.attrs(l.key))
+	}
+	if o.holdDuration.Enabled(ctx) {
+		o.holdDuration.Record(ctx, time.Since(l.acquired).Seconds(), o.attrs(l.key))
+	}
+	if reason != "" && o.losses.Enabled(ctx) {
 		o.losses.Add(ctx, 1, o.attrs(l.key, attribute.String("reason", string(reason))))
 	}
 }
@@ -314,15 +421,21 @@ func (o *observer) released(ctx context.Context, l *Lease, err error, start time
 	case err != nil:
 		outcome = "error"
 	}
-	o.releases.Add(ctx, 1, o.attrs(l.key, attribute.String("outcome", outcome)))
-	_, span := o.tracer.Start(ctx, "fence.release", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(o.store, attribute.String("fence.key", l.key), attribute.Int64("fence.token", l.token),
-			attribute.String("fence.outcome", outcome)))
-	if err != nil && outcome == "error" {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+	if o.releases.Enabled(ctx) {
+		o.releases.Add(ctx, 1, o.attrs(l.key, attribute.String("outcome", outcome)))
 	}
-	span.End()
+	if o.tracing() {
+		_, span := o.tracer.Start(ctx, "fence.release", trace.WithTimestamp(start), spanClient)
+		if span.IsRecording() {
+			span.SetAttributes(o.store, attribute.String("fence.key", l.key), attribute.Int64("fence.token", l.token),
+				attribute.String("fence.outcome", outcome))
+			if err != nil && outcome == "error" {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+		}
+		span.End()
+	}
 
 	// The "TTL shorter than the work" anti-pattern: renewal hides it until
 	// a pause longer than the TTL lets a second holder in.

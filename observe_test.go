@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -569,5 +570,51 @@ func TestHolderMetaSaysWhenAcquired(t *testing.T) {
 	}
 	if h.Meta["host"] == "" || h.Meta["pid"] == "" {
 		t.Errorf("meta %v lacks host or pid", h.Meta)
+	}
+}
+
+// A Client made before an SDK is installed as the global tracer and meter
+// provider records nothing until then, and everything after: fence skips
+// the spans while they would go nowhere, and must notice the SDK.
+func TestGlobalProvidersInstalledAfterNew(t *testing.T) {
+	ctx := context.Background()
+	c := fence.New(fencemem.New(), fence.WithTTL(10*time.Second))
+	l, err := c.Acquire(ctx, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	tel := newTelemetry(t)
+	otel.SetTracerProvider(tel.tp)
+	otel.SetMeterProvider(tel.mp)
+	l, err = c.Acquire(ctx, "after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range tel.spans.Ended() {
+		names = append(names, s.Name()+" "+attrOf(s, "fence.key").AsString())
+	}
+	if strings.Join(names, ",") != "fence.acquire after,fence.release after" {
+		t.Errorf("spans %q; want the acquire and release of %q only", names, "after")
+	}
+	var rm metricdata.ResourceMetrics
+	if err := tel.reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			found = found || m.Name == "fence.acquire.duration"
+		}
+	}
+	if !found {
+		t.Error("no fence.acquire.duration recorded through the global meter provider")
 	}
 }

@@ -3,11 +3,13 @@ package fenceetcd
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/delayq"
 )
 
 // claim is one granted lease: the holder's queue entry.
@@ -16,16 +18,26 @@ type claim struct {
 	s    *session
 	key  string
 	name string // the entry's etcd key
-	rev  int64  // its create revision: the token
-	lost chan error
-	stop context.CancelFunc // ends the watch
+	// prefix and slot name the entry among the session's (queue.prefix,
+	// queue.slot); the name is given back once the entry is gone.
+	prefix string
+	slot   int
+	rev    int64 // its create revision: the token
+	lost   chan error
+
+	notify      atomic.Pointer[func(error)] // fence.LossNotifier's function
+	stopSession func() bool                 // stops reporting the session's end
+
+	pendingWatch *delayq.Item       // starts the watch on the entry
+	stop         context.CancelFunc // ends the watch, once started
 }
 
-func (d *Driver) newClaim(s *session, key, name string, rev int64) *claim {
-	ctx, cancel := context.WithCancel(d.ctx)
-	c := &claim{d: d, s: s, key: key, name: name, rev: rev, lost: make(chan error, 1), stop: cancel}
-	d.wg.Add(1)
-	go c.watch(ctx)
+func (d *Driver) newClaim(s *session, key string, q queue, rev int64) *claim {
+	c := &claim{d: d, s: s, key: key, name: q.name, prefix: q.prefix, slot: q.slot, rev: rev, lost: make(chan error, 1)}
+	c.stopSession = context.AfterFunc(s.ended, func() {
+		c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, c.s.err()))
+	})
+	c.pendingWatch = d.watches.Add(c.startWatch)
 	return c
 }
 
@@ -35,18 +47,52 @@ func (c *claim) Token() int64 { return c.rev }
 // Lost implements fence.SessionClaim.
 func (c *claim) Lost() <-chan error { return c.lost }
 
-// watch reports the loss of the lease as soon as etcd tells: the session
-// ends, or the entry is deleted. It runs until then or until the claim is
-// released. If the watch itself breaks, Extend still checks the entry.
+// NotifyLost implements fence.LossNotifier.
+func (c *claim) NotifyLost(f func(error)) {
+	c.notify.Store(&f)
+	select {
+	case err := <-c.lost: // reported before f was registered
+		f(err)
+	default:
+	}
+}
+
+// startWatch starts watching the entry for its deletion (an operator's).
+// It runs watchDelay after the grant, or at the first renewal if sooner,
+// once; see watchDelay.
+func (c *claim) startWatch() {
+	ctx, cancel := context.WithCancel(c.d.ctx)
+	c.stop = cancel
+	c.d.wg.Add(1)
+	go c.watch(ctx)
+}
+
+// stopWatch stops reporting losses: the session's end and, pending or
+// running, the watch on the entry.
+func (c *claim) stopWatch() {
+	c.stopSession()
+	if c.pendingWatch.Cancel() {
+		c.stop()
+	}
+}
+
+// watchDelay is how long after the grant the watch on a holder's entry
+// starts (a renewal starts it sooner). Most leases of a busy key are
+// released before, and a watch per lease costs etcd and the client about
+// a quarter of an uncontended acquire + release. A deletion meanwhile is
+// not missed: the watch starts from the entry's create revision, so it
+// replays it.
+const watchDelay = 100 * time.Millisecond
+
+// watch reports the deletion of the entry as soon as etcd tells. It runs
+// until then or until the claim is released. If the watch itself breaks,
+// Extend still checks the entry.
 func (c *claim) watch(ctx context.Context) {
 	defer c.d.wg.Done()
 	wch := c.d.cli.Watch(ctx, c.name, clientv3.WithRev(c.rev+1), clientv3.WithFilterPut())
 	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-c.s.done:
-			c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, c.s.err()))
 			return
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
@@ -63,10 +109,23 @@ func (c *claim) watch(ctx context.Context) {
 	}
 }
 
+// lose reports the loss: to the Client's function if it registered one,
+// else on lost.
 func (c *claim) lose(err error) {
+	if f := c.notify.Load(); f != nil {
+		(*f)(err)
+		return
+	}
 	select {
 	case c.lost <- err:
 	default:
+	}
+	if f := c.notify.Load(); f != nil { // registered meanwhile
+		select {
+		case err := <-c.lost:
+			(*f)(err)
+		default:
+		}
 	}
 }
 
@@ -77,7 +136,7 @@ func (c *claim) lose(err error) {
 func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := c.s.ensure(ctx, ttl); err != nil {
 		if c.s.err() != nil {
-			c.stop()
+			c.stopWatch()
 			return fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, err)
 		}
 		return fmt.Errorf("fenceetcd: extend %q: %w", c.key, err)
@@ -87,16 +146,17 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("fenceetcd: extend %q: %w", c.key, err)
 	}
 	if !resp.Succeeded {
-		c.stop()
+		c.stopWatch()
 		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
 	}
+	c.pendingWatch.Start()
 	return nil
 }
 
 // Release implements fence.Claim: it deletes the entry only if it still
 // has this claim's create revision.
 func (c *claim) Release(ctx context.Context) error {
-	defer c.stop()
+	defer c.stopWatch()
 	resp, err := c.d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(c.name), "=", c.rev)).
 		Then(clientv3.OpDelete(c.name)).
@@ -104,6 +164,7 @@ func (c *claim) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fenceetcd: release %q: %w", c.key, err)
 	}
+	c.s.freeSlot(c.prefix, c.slot) // deleted now, or gone already
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
 	}

@@ -4,10 +4,13 @@
 //
 // The layout, under the driver's prefix ("fence" by default):
 //
-//	<prefix>/<escaped key>/<escaped owner>   value: {"owner":..., "meta":{...}}
+//	<prefix>/<escaped key>/<lease id>.<n>   value: {"owner":..., "meta":{...}}
 //
 // The escaped key contains no "/" (see below), so the entries of "a" and
-// of "a/b" are siblings and never nest. Every contender puts its entry
+// of "a/b" are siblings and never nest. An entry's name is its session's
+// etcd lease id (hex) and a number the session reuses once the entry is
+// gone, so a key's directory holds few distinct names however often it is
+// taken (see session.takeSlot); the owner is in the value. Every contender puts its entry
 // bound to its session lease; the holder is the entry with the smallest
 // create revision. The token is the holder entry's create revision: etcd's
 // revision counter is cluster-wide, persisted and never goes back, so it
@@ -26,8 +29,10 @@
 //     comparison. Neither touches another owner's entry.
 //   - A lease is lost when its session lease expires or is revoked, or when
 //     its entry disappears (an operator deleted it): the claim reports it
-//     through fence.SessionClaim at once, from a watch on the entry and the
-//     session's keepalive, and Extend refuses.
+//     (fence.LossNotifier) at once when the session's keepalive finds it
+//     over, and from a watch on the entry, which starts 100 ms after the
+//     grant (so that the many leases released sooner cost no watch; it
+//     replays a deletion meanwhile); Extend refuses too.
 //
 // # Sessions
 //
@@ -70,6 +75,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/delayq"
 	"github.com/fencing/fence/internal/keyenc"
 )
 
@@ -91,6 +97,8 @@ type Driver struct {
 	mu       sync.Mutex
 	sessions map[int64]*session // by requested TTL in seconds
 	closed   bool
+
+	watches *delayq.Queue // starts the watches on holders' entries; see claim.go
 }
 
 var (
@@ -99,6 +107,7 @@ var (
 	_ fence.Inspector        = (*Driver)(nil)
 	_ fence.Lister           = (*Driver)(nil)
 	_ fence.SessionClaim     = (*claim)(nil)
+	_ fence.LossNotifier     = (*claim)(nil)
 )
 
 // Option configures a Driver.
@@ -114,7 +123,7 @@ func WithPrefix(prefix string) Option {
 // New returns a Driver over cli. The caller keeps ownership of cli and
 // closes it after the Driver.
 func New(cli *clientv3.Client, opts ...Option) *Driver {
-	d := &Driver{cli: cli, root: DefaultPrefix + "/", sessions: make(map[int64]*session)}
+	d := &Driver{cli: cli, root: DefaultPrefix + "/", sessions: make(map[int64]*session), watches: delayq.New(watchDelay)}
 	for _, o := range opts {
 		o(d)
 	}
@@ -127,6 +136,7 @@ func New(cli *clientv3.Client, opts ...Option) *Driver {
 // not close the etcd client.
 func (d *Driver) Close() error {
 	d.cancel() // first: it ends a grant in progress, which holds d.mu
+	d.watches.Close()
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
@@ -191,7 +201,7 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	q := d.queueOf(req)
+	q := d.queueOf(s, req)
 	if req.Kind == fence.KindSemaphore {
 		return d.trySlot(ctx, s, req, q)
 	}
@@ -202,17 +212,18 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 		Commit()
 	if err != nil {
 		// The put may have been applied though the reply was lost.
-		d.abandon(s, q.name)
+		d.abandon(s, q)
 		return nil, d.opError(s, "acquire", req.Key, err)
 	}
 	if !resp.Succeeded {
+		s.freeSlot(q.prefix, q.slot) // nothing was put
 		held := &fence.HeldError{Key: req.Key}
 		if h, ok := holder(req.Key, resp.Responses[0].GetResponseRange().Kvs); ok {
 			held.Holder = &h
 		}
 		return nil, held
 	}
-	return d.newClaim(s, req.Key, q.name, resp.Header.Revision), nil
+	return d.newClaim(s, req.Key, q, resp.Header.Revision), nil
 }
 
 // Acquire implements fence.BlockingAcquirer: it queues this owner's entry
@@ -222,7 +233,7 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	q := d.queueOf(req)
+	q := d.queueOf(s, req)
 	if req.Kind == fence.KindSemaphore {
 		return d.acquireSlot(ctx, s, req, q)
 	}
@@ -231,21 +242,21 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 			clientv3.OpGet(q.ahead, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
-		d.abandon(s, q.name)
+		d.abandon(s, q)
 		return nil, d.opError(s, "acquire", req.Key, err)
 	}
 	rev := resp.Header.Revision
 	first := resp.Responses[1].GetResponseRange().Kvs
 	if len(first) != 0 && first[0].CreateRevision != rev {
 		if err := d.waitTurn(ctx, s, q.ahead, q.name, rev); err != nil {
-			d.abandon(s, q.name)
+			d.abandon(s, q)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 		}
 	}
-	return d.newClaim(s, req.Key, q.name, rev), nil
+	return d.newClaim(s, req.Key, q, rev), nil
 }
 
 var (
@@ -277,8 +288,48 @@ func (d *Driver) waitTurn(ctx context.Context, s *session, ahead, name string, r
 		if len(pred) == 0 {
 			return s.err() // first, unless the session ended meanwhile
 		}
-		if err := d.waitDeleted(ctx, s, string(pred[0].Key), resp.Header.Revision+1); err != nil {
+		if err := d.waitGone(ctx, s, string(pred[0].Key), pred[0].CreateRevision); err != nil {
 			return err
+		}
+	}
+}
+
+// waitGone waits until the entry key, created at createRev, is gone, or
+// the watch breaks (the caller looks again). It watches from the current
+// revision rather than from the one the caller read at: etcd serves a
+// watch that starts in the past from a loop that catches up every 100 ms,
+// and under contention there is always a write in between, so a release
+// could reach the waiter up to 100 ms late (seen as a p99 of 70-90 ms
+// with 8 waiters). Once the watch is in place it reads the entry once
+// more, so a deletion before the watch started is not missed.
+func (d *Driver) waitGone(ctx context.Context, s *session, key string, createRev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := d.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return s.err()
+		case <-d.ctx.Done():
+			return errClosed
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return nil // look again
+			}
+			if wr.Created {
+				resp, err := d.cli.Get(ctx, key)
+				if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+					return nil // gone already, or look again
+				}
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
 		}
 	}
 }
@@ -319,12 +370,14 @@ var errClosed = errors.New("fenceetcd: driver closed")
 // reached to delete it, the session stops being kept alive, so that the
 // entry expires with it instead of standing in the queue for ever; leases
 // held on the same session are then lost, loudly.
-func (d *Driver) abandon(s *session, name string) {
+func (d *Driver) abandon(s *session, q queue) {
 	ctx, cancel := context.WithTimeout(d.ctx, s.ttl)
 	defer cancel()
-	if _, err := d.cli.Delete(ctx, name); err != nil {
-		s.end(fmt.Errorf("fenceetcd: could not delete abandoned queue entry %s: %w", name, err))
+	if _, err := d.cli.Delete(ctx, q.name); err != nil {
+		s.end(fmt.Errorf("fenceetcd: could not delete abandoned queue entry %s: %w", q.name, err))
+		return
 	}
+	s.freeSlot(q.prefix, q.slot)
 }
 
 // opError wraps a failed etcd call; a missing lease means the session is

@@ -13,10 +13,13 @@ import (
 // Semaphores and reader-writer locks are queues too, each kind in its own
 // directory beside the key's lock queue:
 //
-//	<prefix>/<escaped key>/<owner>        lock
-//	<prefix>/<escaped key>%sem/<owner>    semaphore; the entry records its limit
-//	<prefix>/<escaped key>%rw/r/<owner>   reader
-//	<prefix>/<escaped key>%rw/w/<owner>   writer
+//	<prefix>/<escaped key>/<name>        lock
+//	<prefix>/<escaped key>%sem/<name>    semaphore; the entry records its limit
+//	<prefix>/<escaped key>%rw/r/<name>   reader
+//	<prefix>/<escaped key>%rw/w/<name>   writer
+//
+// where <name> is the session's lease id and an entry number (see
+// session.takeSlot).
 //
 // An escaped key never holds "%" followed by a lower-case letter, so these
 // directories belong to no lock key, and List (which decodes the segment
@@ -48,33 +51,39 @@ var _ fence.KindSupporter = (*Driver)(nil)
 
 // queue is where one acquisition's entry goes.
 type queue struct {
-	dir   string // the kind's directory of the key, ending in "/"
-	ahead string // the range that must have no entry before ours for us to hold (semaphores: unused)
-	name  string // our entry
-	val   string // its value
+	dir    string // the kind's directory of the key, ending in "/"
+	ahead  string // the range that must have no entry before ours for us to hold (semaphores: unused)
+	prefix string // where our entry's name goes: dir, or a subdirectory of it
+	slot   int    // our entry's number among the session's under prefix
+	name   string // our entry: prefix + session.entryName(slot)
+	val    string // its value
 }
 
-func (d *Driver) queueOf(req fence.Request) queue {
+// queueOf names the entry of an acquisition of req on session s, taking
+// one of the session's entry names under the key's directory; the name is
+// given back once the entry is known to be gone (see session.takeSlot).
+func (d *Driver) queueOf(s *session, req fence.Request) queue {
 	base := d.root + names.Encode(req.Key)
-	owner := names.Encode(req.Owner)
 	q := queue{val: encodeEntry(req)}
 	switch req.Kind {
 	case fence.KindSemaphore:
 		q.dir = base + "%sem/"
-		q.name = q.dir + owner
+		q.prefix = q.dir
 	case fence.KindRead:
 		q.dir = base + "%rw/"
 		q.ahead = q.dir + "w/"
-		q.name = q.dir + "r/" + owner
+		q.prefix = q.dir + "r/"
 	case fence.KindWrite:
 		q.dir = base + "%rw/"
 		q.ahead = q.dir
-		q.name = q.dir + "w/" + owner
+		q.prefix = q.dir + "w/"
 	default:
 		q.dir = base + "/"
 		q.ahead = q.dir
-		q.name = q.dir + owner
+		q.prefix = q.dir
 	}
+	q.slot = s.takeSlot(q.prefix)
+	q.name = q.prefix + s.entryName(q.slot)
 	return q
 }
 
@@ -90,7 +99,7 @@ func (d *Driver) queueSlot(ctx context.Context, s *session, req fence.Request, q
 				clientv3.WithLimit(int64(req.Limit)))).
 		Commit()
 	if err != nil {
-		d.abandon(s, q.name)
+		d.abandon(s, q)
 		return 0, false, d.opError(s, "acquire", req.Key, err)
 	}
 	rev := resp.Header.Revision
@@ -98,7 +107,7 @@ func (d *Driver) queueSlot(ctx context.Context, s *session, req fence.Request, q
 	if len(kvs) > 0 && kvs[0].CreateRevision != rev {
 		var first entry
 		if json.Unmarshal(kvs[0].Value, &first) == nil && first.Limit != req.Limit {
-			d.abandon(s, q.name)
+			d.abandon(s, q)
 			return 0, false, fmt.Errorf("fenceetcd: acquire semaphore %q: %w: held with limit %d, asked with %d",
 				req.Key, fence.ErrLimitMismatch, first.Limit, req.Limit)
 		}
@@ -120,10 +129,10 @@ func (d *Driver) trySlot(ctx context.Context, s *session, req fence.Request, q q
 		return nil, err
 	}
 	if !holds {
-		d.abandon(s, q.name)
+		d.abandon(s, q)
 		return nil, &fence.HeldError{Key: req.Key}
 	}
-	return d.newClaim(s, req.Key, q.name, rev), nil
+	return d.newClaim(s, req.Key, q, rev), nil
 }
 
 // acquireSlot queues for a semaphore slot and waits until fewer than Limit
@@ -135,14 +144,14 @@ func (d *Driver) acquireSlot(ctx context.Context, s *session, req fence.Request,
 	}
 	if !holds {
 		if err := d.waitSlot(ctx, s, q, rev, req.Limit); err != nil {
-			d.abandon(s, q.name)
+			d.abandon(s, q)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
 		}
 	}
-	return d.newClaim(s, req.Key, q.name, rev), nil
+	return d.newClaim(s, req.Key, q, rev), nil
 }
 
 // waitSlot returns once fewer than limit entries of q.dir were created

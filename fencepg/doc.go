@@ -28,7 +28,8 @@
 // Waiting happens in the server; a cancelled wait is cancelled in the
 // server too. The key is freed the moment the holder's connection ends,
 // and the holder learns of its own connection's end at once (the lease's
-// context is cancelled), so no TTL has to pass after a crash. Advisory
+// context is cancelled; in a lease's first 100 ms, when its connection
+// starts being watched), so no TTL has to pass after a crash. Advisory
 // locks live in the server's memory: they do not survive a restart or a
 // failover.
 //

@@ -201,3 +201,71 @@ func TestAdvisoryIDStable(t *testing.T) {
 		t.Errorf("AdvisoryID(\"\") = %d; want %d (first 8 bytes of SHA-256, big-endian)", got, want)
 	}
 }
+
+// A waiter's statement bumps the token after waiting, with a snapshot
+// taken before the wait. Under a default isolation stricter than READ
+// COMMITTED the bump then fails with a serialization error; the driver
+// bumps again in a statement of its own and the tokens still grow.
+func TestSessionWaitUnderRepeatableRead(t *testing.T) {
+	srv, _ := server(t)
+	cfg, err := pgxpool.ParseConfig(srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	ctx := context.Background()
+	clients := make([]*fence.Client, 3)
+	for i := range clients {
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		d, err := fencepg.NewSessionDriver(pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		clients[i] = fence.New(d, fence.WithTTL(10*time.Second))
+		t.Cleanup(func() { _ = clients[i].Close(context.Background()) })
+	}
+	a, err := clients[0].Acquire(ctx, "rr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b and c both wait, each in a statement whose snapshot sees a's
+	// token only; c's wait ends after b bumped the counter.
+	got := make(chan *fence.Lease, 2)
+	errs := make(chan error, 2)
+	for _, c := range clients[1:] {
+		go func() {
+			l, err := c.Acquire(ctx, "rr")
+			if err != nil {
+				errs <- err
+				return
+			}
+			got <- l
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // both are waiting in the server
+	tokens := []int64{a.Token()}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case l := <-got:
+			tokens = append(tokens, l.Token())
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case err := <-errs:
+			t.Fatalf("Acquire under repeatable read: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("waiters did not get the key")
+		}
+	}
+	if !(tokens[0] < tokens[1] && tokens[1] < tokens[2]) {
+		t.Fatalf("tokens %v, want strictly increasing", tokens)
+	}
+}

@@ -3,6 +3,7 @@ package fencepg
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,9 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/metajson"
 )
 
 var errDriverClosed = errors.New("fencepg: driver closed")
@@ -88,12 +91,14 @@ func NewLeaseDriver(pool *pgxpool.Pool, opts ...Option) (*LeaseDriver, error) {
 	// Release clears the owner only if it is ours, keeps the token and the
 	// expiry (so it can tell whether the lease had expired) and announces
 	// the release to waiters; the NOTIFY is delivered at commit.
+	// The channel is the table's name: letters, digits, underscores and a
+	// dot (see parseTable), so it needs no escaping as a literal.
 	d.qRelease = `WITH r AS (
 		UPDATE ` + L + ` SET owner = NULL, meta = NULL
 		WHERE key = $1 AND owner = $2
 		RETURNING expires_at > clock_timestamp() AS live
 	)
-	SELECT live, pg_notify($3, $4)::text FROM r`
+	SELECT live, pg_notify('` + ts.locks.name + `', $3)::text FROM r`
 
 	d.qInspect = `SELECT key, owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
 		FROM ` + L + ` WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()`
@@ -129,6 +134,16 @@ func (d *LeaseDriver) ensureSetup(ctx context.Context) error {
 	return nil
 }
 
+// metaArg is the holder's metadata as a jsonb parameter: JSON text (pgx
+// sends a string as is; encoding a map costs it about ten allocations),
+// or NULL if there is none.
+func metaArg(meta map[string]string) any {
+	if len(meta) == 0 {
+		return nil
+	}
+	return metajson.Encode(meta)
+}
+
 func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
@@ -145,14 +160,17 @@ func (d *LeaseDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.
 	default:
 		return nil, fmt.Errorf("fencepg: acquire %q: %w: %s in lease mode", req.Key, fence.ErrUnsupported, req.Kind)
 	}
+	// Scanned into types that need no allocation to scan into (a map or
+	// a pointer would cost several); the holder's metadata is decoded
+	// only when the key is held.
 	var (
 		acquired bool
 		token    int64
-		owner    *string
-		meta     map[string]string
+		owner    pgtype.Text
+		meta     []byte
 		leftUS   int64
 	)
-	err := d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), req.Meta).
+	err := d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta)).
 		Scan(&acquired, &token, &owner, &meta, &leftUS)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -162,9 +180,9 @@ func (d *LeaseDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.
 	case err != nil:
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 	case !acquired:
-		h := fence.Holder{Key: req.Key, Token: token, Meta: meta, ExpiresIn: time.Duration(max(leftUS, 0)) * time.Microsecond}
-		if owner != nil {
-			h.Owner = *owner
+		h := fence.Holder{Key: req.Key, Token: token, Owner: owner.String, ExpiresIn: time.Duration(max(leftUS, 0)) * time.Microsecond}
+		if len(meta) > 0 {
+			_ = json.Unmarshal(meta, &h.Meta) // metadata is informational
 		}
 		return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 	}
@@ -193,7 +211,7 @@ func (c *leaseClaim) Extend(ctx context.Context, ttl time.Duration) error {
 
 func (c *leaseClaim) Release(ctx context.Context) error {
 	var live bool
-	err := c.d.pool.QueryRow(ctx, c.d.qRelease, c.key, c.owner, c.d.ts.locks.name, notifyPayload(c.key)).Scan(&live, nil)
+	err := c.d.pool.QueryRow(ctx, c.d.qRelease, c.key, c.owner, notifyPayload(c.key)).Scan(&live, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %q no longer held by %s", fence.ErrNotHeld, c.key, c.owner)

@@ -9,8 +9,8 @@ import (
 // writer (pg_advisory_lock), on a connection dedicated to each lease like
 // a lock's. Their tokens come from the key's counter row in the kinds
 // table (kind 'rw', slot -1), one sequence for readers and writers, bumped
-// on the holder's connection once the lock is granted: in the same
-// statement for a try, in the next one after a wait.
+// on the holder's connection once the lock is granted, in the same
+// statement as the try or the wait.
 //
 // Writer preference is PostgreSQL's own: a lock request that conflicts
 // with the mode another session is waiting for waits behind it (and a
@@ -36,21 +36,21 @@ func RWAdvisoryID(key string) int64 { return AdvisoryID("rw\x00" + key) }
 
 // advisoryLock is how one kind is taken in session mode.
 type advisoryLock struct {
-	id                      int64
-	try, bump, wait, unlock string
+	id                                int64
+	try, bump, wait, waitBump, unlock string
 }
 
 func (d *SessionDriver) lockOf(req fence.Request) advisoryLock {
 	switch req.Kind {
 	case fence.KindRead:
 		return advisoryLock{id: RWAdvisoryID(req.Key), try: d.qTryRead, bump: d.qBumpRW,
-			wait: "pg_advisory_lock_shared", unlock: "pg_advisory_unlock_shared"}
+			wait: "pg_advisory_lock_shared", waitBump: d.qWaitRead, unlock: "pg_advisory_unlock_shared"}
 	case fence.KindWrite:
 		return advisoryLock{id: RWAdvisoryID(req.Key), try: d.qTryWrite, bump: d.qBumpRW,
-			wait: "pg_advisory_lock", unlock: "pg_advisory_unlock"}
+			wait: "pg_advisory_lock", waitBump: d.qWaitWrite, unlock: "pg_advisory_unlock"}
 	}
 	return advisoryLock{id: AdvisoryID(req.Key), try: d.qTry, bump: d.qBump,
-		wait: "pg_advisory_lock", unlock: "pg_advisory_unlock"}
+		wait: "pg_advisory_lock", waitBump: d.qWait, unlock: "pg_advisory_unlock"}
 }
 
 func (d *SessionDriver) rwQueries() {
@@ -67,7 +67,14 @@ func (d *SessionDriver) rwQueries() {
 			up AS (` + bump(" FROM lk", " WHERE lk.ok") + `)
 			SELECT lk.ok, (SELECT token FROM up) FROM lk`
 	}
+	// A wait and the bump after it, in one statement (see qWait).
+	wait := func(fn string) string {
+		return `WITH lk AS (SELECT ` + fn + `($2)), args AS (SELECT $3::text AS owner, $4::jsonb AS meta) ` +
+			bump(" FROM lk, args", "")
+	}
 	d.qTryRead = try("pg_try_advisory_lock_shared")
 	d.qTryWrite = try("pg_try_advisory_lock")
+	d.qWaitRead = wait("pg_advisory_lock_shared")
+	d.qWaitWrite = wait("pg_advisory_lock")
 	d.qBumpRW = `WITH args AS (SELECT $3::text AS owner, $4::jsonb AS meta) ` + bump(" FROM args", "")
 }

@@ -76,7 +76,7 @@ func (d *LeaseDriver) semaphoreQueries() {
 func (d *LeaseDriver) trySlot(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	b := &pgx.Batch{}
 	b.Queue(d.qSemLock, req.Key)
-	b.Queue(d.qSemTake, req.Key, req.Owner, micros(req.TTL), req.Meta, req.Limit)
+	b.Queue(d.qSemTake, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta), req.Limit)
 	br := d.pool.SendBatch(ctx, b)
 	var (
 		slot, token, other, firstToken, leftUS *int64

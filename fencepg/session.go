@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/delayq"
 )
 
 // SessionDriver is session mode: a fence.Driver whose lease is a session
@@ -49,9 +52,11 @@ type SessionDriver struct {
 	active map[*sessionClaim]struct{}
 	closed bool
 
-	qTry, qBump, qHolder, qList, qMine string
+	watches *delayq.Queue // starts the watch on each lease's connection
 
-	qTryRead, qTryWrite, qBumpRW string
+	qTry, qWait, qBump, qHolder, qList, qMine string
+
+	qTryRead, qTryWrite, qWaitRead, qWaitWrite, qBumpRW string
 }
 
 // maxIdle is how many unused dedicated connections a SessionDriver keeps
@@ -64,6 +69,7 @@ var (
 	_ fence.Inspector        = (*SessionDriver)(nil)
 	_ fence.Lister           = (*SessionDriver)(nil)
 	_ fence.SessionClaim     = (*sessionClaim)(nil)
+	_ fence.LossNotifier     = (*sessionClaim)(nil)
 )
 
 // NewSessionDriver returns a session mode driver. It opens its dedicated
@@ -79,7 +85,8 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 		return nil, err
 	}
 	T := ts.tokens.quoted
-	d := &SessionDriver{pool: pool, ts: ts, auto: o.autoSetup, active: make(map[*sessionClaim]struct{})}
+	d := &SessionDriver{pool: pool, ts: ts, auto: o.autoSetup, active: make(map[*sessionClaim]struct{}),
+		watches: delayq.New(watchDelay)}
 	bumpFrom := func(src, where string) string {
 		return `INSERT INTO ` + T + ` AS t (key, lock_id, token, owner, holder_pid, meta, acquired_at)
 			SELECT $1, $2, ` + clockToken + `, $3, pg_backend_pid(), $4, clock_timestamp()` + src + where + `
@@ -93,6 +100,14 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 	d.qTry = `WITH lk AS (SELECT pg_try_advisory_lock($2) AS ok),
 		up AS (` + bumpFrom(" FROM lk", " WHERE lk.ok") + `)
 		SELECT lk.ok, (SELECT token FROM up) FROM lk`
+	// Wait for the lock in the server and bump the token once it is
+	// granted, in one statement, so that a waiter holds the key one round
+	// trip sooner. The statement's snapshot predates the wait, but ON
+	// CONFLICT DO UPDATE updates the counter row's latest version in READ
+	// COMMITTED, whatever the snapshot saw; under a stricter default
+	// isolation the update fails instead (40001), and Acquire then bumps
+	// in a statement of its own (qBump), holding the lock.
+	d.qWait = `WITH lk AS (SELECT pg_advisory_lock($2)) ` + bumpFrom(" FROM lk", "")
 	d.qBump = bumpFrom("", "")
 	holders := `SELECT t.key, coalesce(t.owner, ''), t.token, t.meta FROM ` + T + ` t
 		JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.pid = t.holder_pid
@@ -114,6 +129,7 @@ func (d *SessionDriver) Setup(ctx context.Context) error { return d.ts.setup(ctx
 // connections of leases still held (which frees their locks). The Client
 // releases its leases before; Close does not close the pool.
 func (d *SessionDriver) Close() error {
+	d.watches.Close()
 	d.mu.Lock()
 	d.closed = true
 	idle := d.idle
@@ -223,9 +239,9 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 	lk := d.lockOf(req)
 	var (
 		ok    bool
-		token *int64
+		token pgtype.Int8
 	)
-	err = conn.QueryRow(ctx, lk.try, req.Key, lk.id, req.Owner, req.Meta).Scan(&ok, &token)
+	err = conn.QueryRow(ctx, lk.try, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&ok, &token)
 	if err != nil {
 		// The lock may have been granted before the statement failed.
 		d.drop(conn, err)
@@ -238,37 +254,38 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 		}
 		return nil, d.heldError(ctx, req.Key, lk.id)
 	}
-	return d.newClaim(conn, req, lk, *token), nil
+	return d.newClaim(conn, req, lk, token.Int64), nil
 }
 
 // Acquire implements fence.BlockingAcquirer: it waits in the server
-// (pg_advisory_lock, or pg_advisory_lock_shared for a reader). When ctx
-// ends first it cancels the wait in the server and closes the connection,
-// so no lock and no queued request is left behind.
+// (pg_advisory_lock, or pg_advisory_lock_shared for a reader) and bumps
+// the token once granted, in one statement. When ctx ends first it
+// cancels the wait in the server and closes the connection, so no lock
+// and no queued request is left behind.
 func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
-	claim, err := d.TryAcquire(ctx, req)
-	var held *fence.HeldError
-	if !errors.As(err, &held) {
-		return claim, err
-	}
 	conn, err := d.take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 	}
 	lk := d.lockOf(req)
-	if err := waitLock(ctx, conn, lk.wait, lk.id); err != nil {
-		_ = conn.Close(context.Background())
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
-	}
 	var token int64
-	if err := conn.QueryRow(ctx, lk.bump, req.Key, lk.id, req.Owner, req.Meta).Scan(&token); err != nil {
-		d.drop(conn, err)
+	err = waitLock(ctx, conn, func() error {
+		return conn.QueryRow(context.Background(), lk.waitBump, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&token)
+	})
+	var pgErr *pgconn.PgError
+	if err != nil && ctx.Err() == nil && errors.As(err, &pgErr) && pgErr.Code == "40001" {
+		// The lock is held (a session lock outlives the failed
+		// statement); only the bump, under a stricter isolation than
+		// READ COMMITTED, failed: bump with a fresh snapshot.
+		err = conn.QueryRow(ctx, lk.bump, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&token)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
+			_ = conn.Close(context.Background())
 			return nil, ctx.Err()
 		}
+		// The lock may have been granted before the statement failed.
+		d.drop(conn, err)
 		return nil, d.acquireError(ctx, req, lk.id, err)
 	}
 	return d.newClaim(conn, req, lk, token), nil
@@ -283,13 +300,14 @@ const cancelGrace = 5 * time.Second
 // has started cancels nothing.
 const cancelEvery = 100 * time.Millisecond
 
-// waitLock runs lockFn(id) (pg_advisory_lock or its _shared form) on conn until it is granted or ctx
-// ends. On ctx's end it sends the server cancel requests for the wait
-// until the statement ends, so that the server is no longer waiting when
-// it returns; it returns ctx's error even if the lock was granted
-// meanwhile (the caller closes the connection, which frees it, and never
-// reuses it: a cancel request may still be on its way).
-func waitLock(ctx context.Context, conn *pgx.Conn, lockFn string, id int64) error {
+// waitLock runs wait, a statement on conn that waits for an advisory
+// lock, until it ends or ctx ends. On ctx's end it sends the server cancel
+// requests for the wait until the statement ends, so that the server is
+// no longer waiting when it returns; it returns ctx's error even if the
+// lock was granted meanwhile (the caller closes the connection, which
+// frees it, and never reuses it: a cancel request may still be on its
+// way).
+func waitLock(ctx context.Context, conn *pgx.Conn, wait func() error) error {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	cancelled := false
@@ -321,7 +339,7 @@ func waitLock(ctx context.Context, conn *pgx.Conn, lockFn string, id int64) erro
 			}
 		}
 	}()
-	_, err := conn.Exec(context.Background(), "SELECT "+lockFn+"($1)", id)
+	err := wait()
 	close(stop)
 	<-done
 	if cancelled {
@@ -406,30 +424,71 @@ func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryL
 	d.mu.Lock()
 	d.active[c] = struct{}{}
 	d.mu.Unlock()
-	c.startWatch()
+	c.pendingWatch = d.watches.Add(c.startWatch)
 	return c
 }
 
 // sessionClaim is one session-mode lease: its lock is held by conn.
 type sessionClaim struct {
-	d     *SessionDriver
-	conn  *pgx.Conn
-	key   string
-	owner string
-	id    int64
-	token int64
-	lost  chan error
+	d      *SessionDriver
+	conn   *pgx.Conn
+	key    string
+	owner  string
+	id     int64
+	token  int64
+	lost   chan error
+	notify atomic.Pointer[func(error)] // fence.LossNotifier's function
 	// unlock is pg_advisory_unlock, or pg_advisory_unlock_shared for a
 	// reader.
 	unlock string
 
-	watchStop context.CancelFunc
-	watchDone chan struct{}
-	pending   chan checkResult // a renewal check still running, if any
+	pendingWatch *delayq.Item // the watch's start, until it starts or is cancelled
+	watchStop    context.CancelFunc
+	watchDone    chan struct{}
+	pending      chan checkResult // a renewal check still running, if any
 }
 
 func (c *sessionClaim) Token() int64       { return c.token }
 func (c *sessionClaim) Lost() <-chan error { return c.lost }
+
+// NotifyLost implements fence.LossNotifier: the goroutine that reads the
+// idle connection reports its end by calling f.
+func (c *sessionClaim) NotifyLost(f func(error)) {
+	c.notify.Store(&f)
+	select {
+	case err := <-c.lost: // reported before f was registered
+		f(err)
+	default:
+	}
+}
+
+// report reports the end of the session: to the Client's function if it
+// registered one, else on lost.
+func (c *sessionClaim) report(err error) {
+	if f := c.notify.Load(); f != nil {
+		(*f)(err)
+		return
+	}
+	select {
+	case c.lost <- err:
+	default:
+	}
+	if f := c.notify.Load(); f != nil { // registered meanwhile
+		select {
+		case err := <-c.lost:
+			(*f)(err)
+		default:
+		}
+	}
+}
+
+// watchDelay is how long after the grant a lease's connection starts
+// being watched (a renewal starts the watch sooner). Most leases of a
+// busy key are released before: a watch costs two goroutines and a
+// deadline to interrupt its read, about a fifth of an uncontended acquire
+// + release. A connection that ended meanwhile is seen the moment its
+// watch starts.
+const watchDelay = 100 * time.Millisecond
 
 // startWatch starts reading the idle connection, so that its end (the
 // server terminating the backend, a broken network) is seen at once and
@@ -446,10 +505,7 @@ func (c *sessionClaim) startWatch() {
 				return
 			}
 			if err != nil {
-				select {
-				case c.lost <- fmt.Errorf("fencepg: session of %q ended: %w", c.key, err):
-				default:
-				}
+				c.report(fmt.Errorf("fencepg: session of %q ended: %w", c.key, err))
 				_ = c.conn.Close(context.Background())
 				c.d.mu.Lock()
 				delete(c.d.active, c)
@@ -461,6 +517,13 @@ func (c *sessionClaim) startWatch() {
 }
 
 func (c *sessionClaim) stopWatch() {
+	if c.pendingWatch != nil {
+		ran := c.pendingWatch.Cancel()
+		c.pendingWatch = nil
+		if !ran {
+			return
+		}
+	}
 	if c.watchStop != nil {
 		c.watchStop()
 		<-c.watchDone

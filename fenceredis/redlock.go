@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -483,7 +482,7 @@ func (s *Store) reserve(ctx context.Context, req fence.Request) (reservation, er
 // raise is phase 2 on one server; false if it no longer holds the lock.
 func (s *Store) raise(ctx context.Context, key, owner string, token int64, ttl time.Duration) (bool, error) {
 	n := s.names(key)
-	ok, err := raiseScript.Run(ctx, s.rdb, n.keys(), owner, strconv.FormatInt(token, 10), ms(ttl+s.retention)).Int()
+	ok, err := raiseScript.Run(ctx, s.rdb, n.keys(), owner, token, ms(ttl+s.retention)).Int()
 	if err != nil {
 		return false, fmt.Errorf("fenceredis: raise token of %q: %w", key, err)
 	}

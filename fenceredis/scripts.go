@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/metajson"
 )
 
 // The Lua scripts: every store operation is one of them, atomic on the
@@ -133,22 +134,14 @@ return held()
 // 7.0.0), or 0 before Redis 7.
 var versionScript = redis.NewScript(`return redis.REDIS_VERSION_NUM or 0`)
 
-// ms formats d in whole milliseconds, rounded up: a driver may grant more
-// than the TTL asked for, never less.
-func ms(d time.Duration) string {
-	return strconv.FormatInt(max(1, int64((d+time.Millisecond-1)/time.Millisecond)), 10)
+// ms is d in whole milliseconds, rounded up: a driver may grant more
+// than the TTL asked for, never less. (go-redis sends it in decimal.)
+func ms(d time.Duration) int64 {
+	return max(1, int64((d+time.Millisecond-1)/time.Millisecond))
 }
 
-func encodeMeta(meta map[string]string) string {
-	if len(meta) == 0 {
-		return ""
-	}
-	b, err := json.Marshal(meta)
-	if err != nil {
-		return "" // a map[string]string always marshals
-	}
-	return string(b)
-}
+// encodeMeta is meta as JSON, or "" if there is none.
+func encodeMeta(meta map[string]string) string { return metajson.Encode(meta) }
 
 // granted parses the {1, token} reply of acquireScript and reserveScript;
 // ok is false with the holder for heldReply.

@@ -113,8 +113,11 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	if req.Kind != fence.KindLock {
 		return s.acquireKind(ctx, req)
 	}
-	n := s.names(req.Key)
-	reply, err := acquireScript.Run(ctx, s.rdb, n.keys(),
+	// The claim's names and keys are made once, for this attempt and for
+	// every later extend and the release.
+	c := &claim{s: s, n: s.names(req.Key), key: req.Key, owner: req.Owner}
+	c.keys = c.n.keys()
+	reply, err := acquireScript.Run(ctx, s.rdb, c.keys,
 		req.Owner, ms(req.TTL), ms(req.TTL+s.retention), encodeMeta(req.Meta)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("fenceredis: acquire %q: %w", req.Key, err)
@@ -126,12 +129,14 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	if !ok {
 		return nil, &fence.HeldError{Key: req.Key, Holder: &holder}
 	}
-	return &claim{s: s, n: n, key: req.Key, owner: req.Owner, token: token}, nil
+	c.token = token
+	return c, nil
 }
 
 type claim struct {
 	s     *Store
 	n     names
+	keys  []string // n.keys()
 	key   string
 	owner string
 	token int64
@@ -141,17 +146,20 @@ func (c *claim) Token() int64 { return c.token }
 
 // Extend is compare-and-PEXPIRE.
 func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
-	return c.s.extend(ctx, c.key, c.owner, ttl)
+	return c.s.extendKeys(ctx, c.key, c.keys, c.owner, ttl)
 }
 
 // Release is compare-and-DEL, announced on the key's release channel.
 func (c *claim) Release(ctx context.Context) error {
-	return c.s.release(ctx, c.key, c.owner)
+	return c.s.releaseKeys(ctx, c.key, c.keys, c.n.channel, c.owner)
 }
 
 func (s *Store) extend(ctx context.Context, key, owner string, ttl time.Duration) error {
-	n := s.names(key)
-	ok, err := extendScript.Run(ctx, s.rdb, n.keys(), owner, ms(ttl), ms(ttl+s.retention)).Int()
+	return s.extendKeys(ctx, key, s.names(key).keys(), owner, ttl)
+}
+
+func (s *Store) extendKeys(ctx context.Context, key string, keys []string, owner string, ttl time.Duration) error {
+	ok, err := extendScript.Run(ctx, s.rdb, keys, owner, ms(ttl), ms(ttl+s.retention)).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("fenceredis: extend %q: %w", key, err)
@@ -163,7 +171,11 @@ func (s *Store) extend(ctx context.Context, key, owner string, ttl time.Duration
 
 func (s *Store) release(ctx context.Context, key, owner string) error {
 	n := s.names(key)
-	ok, err := releaseScript.Run(ctx, s.rdb, n.keys()[:2], owner, n.channel).Int()
+	return s.releaseKeys(ctx, key, n.keys(), n.channel, owner)
+}
+
+func (s *Store) releaseKeys(ctx context.Context, key string, keys []string, channel, owner string) error {
+	ok, err := releaseScript.Run(ctx, s.rdb, keys[:2], owner, channel).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("fenceredis: release %q: %w", key, err)
