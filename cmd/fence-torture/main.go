@@ -70,8 +70,13 @@ Runs fence leases under faults and checks the fenced register's history.
 Stores (--store, comma-separated): a store URL of a running store, or a
 name the tool sets up itself:
 `)
-		for _, k := range torture.Kinds() {
-			fmt.Fprintf(stderr, "  %-10s %s\n", k[0], k[1])
+		kinds := torture.Kinds()
+		width := 0
+		for _, k := range kinds {
+			width = max(width, len(k[0]))
+		}
+		for _, k := range kinds {
+			fmt.Fprintf(stderr, "  %-*s  %s\n", width, k[0], k[1])
 		}
 		fmt.Fprintf(stderr, `
 Faults (--fault, comma-separated, or "all"): %s.
