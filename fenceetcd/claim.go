@@ -3,13 +3,13 @@ package fenceetcd
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/delayq"
+	"github.com/fencing/fence/internal/lossnote"
 )
 
 // claim is one granted lease: the holder's queue entry.
@@ -23,19 +23,18 @@ type claim struct {
 	prefix string
 	slot   int
 	rev    int64 // its create revision: the token
-	lost   chan error
 
-	notify      atomic.Pointer[func(error)] // fence.LossNotifier's function
-	stopSession func() bool                 // stops reporting the session's end
+	*lossnote.Note             // Lost and NotifyLost
+	stopSession    func() bool // stops reporting the session's end
 
 	pendingWatch *delayq.Item       // starts the watch on the entry
 	stop         context.CancelFunc // ends the watch, once started
 }
 
 func (d *Driver) newClaim(s *session, key string, q queue, rev int64) *claim {
-	c := &claim{d: d, s: s, key: key, name: q.name, prefix: q.prefix, slot: q.slot, rev: rev, lost: make(chan error, 1)}
+	c := &claim{d: d, s: s, key: key, name: q.name, prefix: q.prefix, slot: q.slot, rev: rev, Note: lossnote.New()}
 	c.stopSession = context.AfterFunc(s.ended, func() {
-		c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, c.s.err()))
+		c.Report(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, c.s.err()))
 	})
 	c.pendingWatch = d.watches.Add(c.startWatch)
 	return c
@@ -43,19 +42,6 @@ func (d *Driver) newClaim(s *session, key string, q queue, rev int64) *claim {
 
 // Token implements fence.Claim: the entry's create revision.
 func (c *claim) Token() int64 { return c.rev }
-
-// Lost implements fence.SessionClaim.
-func (c *claim) Lost() <-chan error { return c.lost }
-
-// NotifyLost implements fence.LossNotifier.
-func (c *claim) NotifyLost(f func(error)) {
-	c.notify.Store(&f)
-	select {
-	case err := <-c.lost: // reported before f was registered
-		f(err)
-	default:
-	}
-}
 
 // startWatch starts watching the entry for its deletion (an operator's).
 // It runs watchDelay after the grant, or at the first renewal if sooner,
@@ -101,30 +87,10 @@ func (c *claim) watch(ctx context.Context) {
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					c.lose(fmt.Errorf("%w: %q: holder entry %s was deleted", fence.ErrNotHeld, c.key, c.name))
+					c.Report(fmt.Errorf("%w: %q: holder entry %s was deleted", fence.ErrNotHeld, c.key, c.name))
 					return
 				}
 			}
-		}
-	}
-}
-
-// lose reports the loss: to the Client's function if it registered one,
-// else on lost.
-func (c *claim) lose(err error) {
-	if f := c.notify.Load(); f != nil {
-		(*f)(err)
-		return
-	}
-	select {
-	case c.lost <- err:
-	default:
-	}
-	if f := c.notify.Load(); f != nil { // registered meanwhile
-		select {
-		case err := <-c.lost:
-			(*f)(err)
-		default:
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/delayq"
+	"github.com/fencing/fence/internal/lossnote"
 )
 
 // SessionDriver is session mode: a fence.Driver whose lease is a session
@@ -420,7 +420,7 @@ func (d *SessionDriver) holders(ctx context.Context, q string, arg any) ([]fence
 }
 
 func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryLock, token int64) *sessionClaim {
-	c := &sessionClaim{d: d, conn: conn, key: req.Key, owner: req.Owner, id: lk.id, unlock: lk.unlock, token: token, lost: make(chan error, 1)}
+	c := &sessionClaim{d: d, conn: conn, key: req.Key, owner: req.Owner, id: lk.id, unlock: lk.unlock, token: token, Note: lossnote.New()}
 	d.mu.Lock()
 	d.active[c] = struct{}{}
 	d.mu.Unlock()
@@ -430,14 +430,13 @@ func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryL
 
 // sessionClaim is one session-mode lease: its lock is held by conn.
 type sessionClaim struct {
-	d      *SessionDriver
-	conn   *pgx.Conn
-	key    string
-	owner  string
-	id     int64
-	token  int64
-	lost   chan error
-	notify atomic.Pointer[func(error)] // fence.LossNotifier's function
+	d              *SessionDriver
+	conn           *pgx.Conn
+	key            string
+	owner          string
+	id             int64
+	token          int64
+	*lossnote.Note // Lost and NotifyLost
 	// unlock is pg_advisory_unlock, or pg_advisory_unlock_shared for a
 	// reader.
 	unlock string
@@ -448,39 +447,7 @@ type sessionClaim struct {
 	pending      chan checkResult // a renewal check still running, if any
 }
 
-func (c *sessionClaim) Token() int64       { return c.token }
-func (c *sessionClaim) Lost() <-chan error { return c.lost }
-
-// NotifyLost implements fence.LossNotifier: the goroutine that reads the
-// idle connection reports its end by calling f.
-func (c *sessionClaim) NotifyLost(f func(error)) {
-	c.notify.Store(&f)
-	select {
-	case err := <-c.lost: // reported before f was registered
-		f(err)
-	default:
-	}
-}
-
-// report reports the end of the session: to the Client's function if it
-// registered one, else on lost.
-func (c *sessionClaim) report(err error) {
-	if f := c.notify.Load(); f != nil {
-		(*f)(err)
-		return
-	}
-	select {
-	case c.lost <- err:
-	default:
-	}
-	if f := c.notify.Load(); f != nil { // registered meanwhile
-		select {
-		case err := <-c.lost:
-			(*f)(err)
-		default:
-		}
-	}
-}
+func (c *sessionClaim) Token() int64 { return c.token }
 
 // watchDelay is how long after the grant a lease's connection starts
 // being watched (a renewal starts the watch sooner). Most leases of a
@@ -505,7 +472,7 @@ func (c *sessionClaim) startWatch() {
 				return
 			}
 			if err != nil {
-				c.report(fmt.Errorf("fencepg: session of %q ended: %w", c.key, err))
+				c.Report(fmt.Errorf("fencepg: session of %q ended: %w", c.key, err))
 				_ = c.conn.Close(context.Background())
 				c.d.mu.Lock()
 				delete(c.d.active, c)
