@@ -200,8 +200,8 @@ func TestBucketModes(t *testing.T) {
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "forever"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fencenats.New(ctx, js, "forever"); err == nil {
-		t.Errorf("New on a bucket whose keys never expire: no error")
+	if _, err := fencenats.New(ctx, js, "forever"); err == nil || !strings.Contains(err.Error(), "WithBucketMaxAge") {
+		t.Errorf("New on a bucket whose keys never expire: %v; want an error that says what to do", err)
 	}
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "history", History: 5, TTL: time.Minute}); err != nil {
 		t.Fatal(err)

@@ -149,7 +149,9 @@ func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Opt
 	d := &Driver{js: js, kv: kv, bucket: bucket, pre: "$KV." + bucket + ".", perKey: cfg.AllowMsgTTL,
 		maxAge: cfg.MaxAge, marker: max(cfg.SubjectDeleteMarkerTTL, time.Second)}
 	if !d.perKey && d.maxAge <= 0 {
-		return nil, fmt.Errorf("fencenats: bucket %q has neither per-message TTLs nor a max age: its keys would never expire", bucket)
+		return nil, fmt.Errorf("fencenats: bucket %q has neither per-message TTLs nor a max age: its keys would never expire "+
+			"(nats-server %s; per-message TTLs need 2.11 or newer: upgrade, or create the bucket with WithBucketMaxAge)",
+			bucket, js.Conn().ConnectedServerVersion())
 	}
 	if d.stream, err = js.Stream(ctx, cfg.Name); err != nil {
 		return nil, fmt.Errorf("fencenats: bucket %q: %w", bucket, err)

@@ -264,14 +264,22 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 
 	// The plan's clock starts once every worker is up (started, store and
 	// register open): starting processes is slow on a loaded machine.
-	readyBy := time.After(30 * time.Second)
+	// One deadline for all: a time.After channel would fire for the
+	// first worker still starting only, and leave the wait for the next
+	// one unbounded.
+	readyCtx, readyCancel := context.WithTimeout(ctx, 30*time.Second)
 	for _, s := range p.slots {
 		select {
 		case <-s.proc.ready:
-		case <-readyBy:
-		case <-ctx.Done():
+		case <-readyCtx.Done():
+			readyCancel()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("worker %d did not start within 30s: it cannot open the store or the register (its standard error says why; see --logs)", s.proc.id)
 		}
 	}
+	readyCancel()
 	deadline := time.Now().Add(cfg.Duration)
 	p.faults(ctx, deadline)
 	for _, s := range p.slots {
