@@ -18,44 +18,41 @@ import (
 	"github.com/fencing/fence/fencepg"
 )
 
+// pgDriver is a fencepg driver: lease or session mode.
+type pgDriver interface {
+	fence.Driver
+	Close() error
+}
+
+// openFencePG opens a fence Client over the driver newDriver makes on a
+// pool of its own.
+func openFencePG(dsn string, newDriver func(*pgxpool.Pool) (pgDriver, error)) func(context.Context, *atomic.Int64) (Client, error) {
+	return func(ctx context.Context, rt *atomic.Int64) (Client, error) {
+		pool, err := newPool(ctx, dsn, rt)
+		if err != nil {
+			return nil, err
+		}
+		d, err := newDriver(pool)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		return &fenceClient{c: fence.New(d, fence.WithTTL(TTL)), close: func() error {
+			err := d.Close()
+			pool.Close()
+			return err
+		}}, nil
+	}
+}
+
 func postgresContenders(dsn string) []Contender {
 	return []Contender{
 		{Store: "postgres", Name: "fence-lease", Role: RoleFence,
 			Desc: "fencepg lease mode: INSERT .. ON CONFLICT .. RETURNING + UPDATE with pg_notify; waiters wake on LISTEN/NOTIFY",
-			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
-				pool, err := newPool(ctx, dsn, rt)
-				if err != nil {
-					return nil, err
-				}
-				d, err := fencepg.NewLeaseDriver(pool)
-				if err != nil {
-					pool.Close()
-					return nil, err
-				}
-				return &fenceClient{c: fence.New(d, fence.WithTTL(TTL)), close: func() error {
-					err := d.Close()
-					pool.Close()
-					return err
-				}}, nil
-			}},
+			Open: openFencePG(dsn, func(p *pgxpool.Pool) (pgDriver, error) { return fencepg.NewLeaseDriver(p) })},
 		{Store: "postgres", Name: "fence-session", Role: RoleFence,
 			Desc: "fencepg session mode: pg_try_advisory_lock + token bump in one statement, pg_advisory_unlock; waiters wait in the server",
-			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
-				pool, err := newPool(ctx, dsn, rt)
-				if err != nil {
-					return nil, err
-				}
-				d, err := fencepg.NewSessionDriver(pool)
-				if err != nil {
-					pool.Close()
-					return nil, err
-				}
-				return &fenceClient{c: fence.New(d, fence.WithTTL(TTL)), close: func() error {
-					err := d.Close()
-					pool.Close()
-					return err
-				}}, nil
-			}},
+			Open: openFencePG(dsn, func(p *pgxpool.Pool) (pgDriver, error) { return fencepg.NewSessionDriver(p) })},
 		{Store: "postgres", Name: "pgx-advisory", Role: RolePeer,
 			Desc: "plain pg_advisory_lock + pg_advisory_unlock through pgx on a pooled connection, no token; waiters wait in the server",
 			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
