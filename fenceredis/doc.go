@@ -10,19 +10,21 @@
 // trip, run by EVALSHA with a fallback to EVAL when the server has
 // forgotten it (after a restart):
 //
-//   - acquire: SET lock owner NX PX ttl and, only if that succeeded, issue
-//     the token max(counter+1, server time in microseconds), store it on
-//     the key's counter and with the holder; otherwise report the holder
-//     (owner, token, metadata, PTTL);
-//   - extend: PEXPIRE only if the lock's value is still this owner;
-//   - release: DEL only if it is still this owner, then publish on the
-//     key's release channel, which waiters subscribe to.
+//   - acquire: SET lock value NX PX ttl, the value being the owner id and
+//     the holder's metadata, and, only if that succeeded, issue the token
+//     max(counter+1, server time in microseconds) and store it on the
+//     key's counter; otherwise report the holder (owner, token, metadata,
+//     PTTL);
+//   - extend: PEXPIRE only if the lock's value is still this
+//     acquisition's;
+//   - release: DEL only if it is still this acquisition's, then publish on
+//     the key's release channel, which waiters subscribe to.
 //
-// A lock key K lives under four names that share the hash tag {K'}, K'
-// being K with '%', '{' and '}' percent-encoded, so all four are in one
-// Cluster slot whatever K contains: fence:{K'} (the lock), fence:{K'}:holder
-// (token and metadata), fence:{K'}:token (the counter) and
-// fence:{K'}:released (the channel).
+// A lock key K lives under three names that share the hash tag {K'}, K'
+// being K with '%', '{' and '}' percent-encoded, so all three are in one
+// Cluster slot whatever K contains: fence:{K'} (the lock),
+// fence:{K'}:token (the counter, which holds the last token issued: the
+// holder's while the lock exists) and fence:{K'}:released (the channel).
 //
 // Store also does semaphores (a sorted set of holders scored by expiry)
 // and reader-writer locks (a readers' set, a writer key and a waiting-

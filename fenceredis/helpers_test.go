@@ -105,7 +105,7 @@ func newRaw(t testing.TB, connect string) *raw {
 func (r *raw) deleteLock(ctx context.Context, key string) error {
 	n := lockNames(DefaultPrefix, key)
 	for _, c := range r.cs {
-		if err := c.Del(ctx, n.lock, n.holder).Err(); err != nil {
+		if err := c.Del(ctx, n.lock).Err(); err != nil {
 			return err
 		}
 	}

@@ -7,35 +7,36 @@ import (
 
 // Key layout. For a lock key K and the prefix P (default "fence:"):
 //
-//	P{E}            the lock: a string holding the owner id, with the lease's TTL
-//	P{E}:holder     a hash: token, meta (JSON); same TTL as the lock
-//	P{E}:token      the token counter; outlives the lock by the retention
+//	P{E}            the lock: a string holding the owner id and the holder's
+//	                metadata (lockValue), with the lease's TTL
+//	P{E}:token      the token counter: the last token issued, so the
+//	                holder's while the lock exists; outlives the lock by
+//	                the retention
 //	P{E}:released   the pub/sub channel a release is announced on
 //
 // E is K with '%', '{' and '}' percent-encoded, so it holds no brace: the
-// hash tag of all four names is exactly E, whatever K contains, and they
+// hash tag of all three names is exactly E, whatever K contains, and they
 // live in one Redis Cluster slot. The encoding is one-to-one, so distinct
 // keys stay distinct; only the lock name ends in '}', so a SCAN for locks
-// does not see the other three.
+// does not see the others.
 
 // DefaultPrefix starts the name of every key fenceredis writes for locks.
 const DefaultPrefix = "fence:"
 
 type names struct {
-	lock, holder, counter, channel string
+	lock, counter, channel string
 }
 
 func lockNames(prefix, key string) names {
 	lock := prefix + "{" + escapeKey(key) + "}"
-	// The four names are substrings of one string: one allocation, not
-	// four, on every acquisition.
-	all := lock + lock + ":holder" + lock + ":token" + lock + ":released"
+	// The three names are substrings of one string: one allocation, not
+	// three, on every acquisition.
+	all := lock + lock + ":token" + lock + ":released"
 	n := len(lock)
 	return names{
 		lock:    all[:n],
-		holder:  all[n : 2*n+len(":holder")],
-		counter: all[2*n+len(":holder") : 3*n+len(":holder:token")],
-		channel: all[3*n+len(":holder:token"):],
+		counter: all[n : 2*n+len(":token")],
+		channel: all[2*n+len(":token"):],
 	}
 }
 

@@ -28,7 +28,7 @@ func TestLockNamesShareOneTagWhateverTheKey(t *testing.T) {
 	for _, key := range keys {
 		n := lockNames(DefaultPrefix, key)
 		tag := hashTag(n.lock)
-		for _, name := range []string{n.holder, n.counter, n.channel} {
+		for _, name := range []string{n.counter, n.channel} {
 			if got := hashTag(name); got != tag {
 				t.Errorf("key %q: %s hashes on %q, the lock %s on %q: not one slot", key, name, got, n.lock, tag)
 			}
@@ -44,7 +44,7 @@ func TestLockNamesShareOneTagWhateverTheKey(t *testing.T) {
 		if !ok || got != key {
 			t.Errorf("keyOfLock(%s) = %q, %v; want %q", n.lock, got, ok, key)
 		}
-		for _, name := range []string{n.holder, n.counter, n.channel} {
+		for _, name := range []string{n.counter, n.channel} {
 			if k, ok := keyOfLock(DefaultPrefix, name); ok {
 				t.Errorf("keyOfLock(%s) = %q: not a lock name", name, k)
 			}

@@ -104,12 +104,20 @@ local function touch()
   end
 end
 
+-- holder o with pttl left, as heldReply: its value is the owner id, then
+-- the metadata after the separator lockValue uses
+local function held_by(o, pttl)
+  local v = o
+  local m = redis.call('HGET', KEYS[2], 'm:' .. o)
+  if m and m ~= '' then v = o .. '\030' .. m end
+  return {0, v, pttl, redis.call('HGET', KEYS[2], 't:' .. o) or false}
+end
+
 -- the holder in the set whose expiry comes first, as heldReply
 local function first_held()
   local f = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if #f < 2 then return {0, false, -2, false, false} end
-  return {0, f[1], math.max(1, tonumber(f[2]) - now),
-    redis.call('HGET', KEYS[2], 't:' .. f[1]) or false, redis.call('HGET', KEYS[2], 'm:' .. f[1]) or false}
+  if #f < 2 then return {0, false, -2, false} end
+  return held_by(f[1], math.max(1, tonumber(f[2]) - now))
 end
 
 local function grant_member(owner, ttl, counter_ttl, meta)
@@ -150,10 +158,10 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
 end
 local w = redis.call('GET', KEYS[4])
 if w then
-  return {0, w, redis.call('PTTL', KEYS[4]), redis.call('HGET', KEYS[2], 't:' .. w) or false, redis.call('HGET', KEYS[2], 'm:' .. w) or false}
+  return held_by(w, redis.call('PTTL', KEYS[4]))
 end
 local waits = redis.call('PTTL', KEYS[5])
-if waits > 0 then return {0, false, waits, false, false} end
+if waits > 0 then return {0, false, waits, false} end
 return grant_member(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 `)
 
@@ -168,7 +176,7 @@ if w == ARGV[1] then
 end
 if w then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[5])
-  return {0, w, redis.call('PTTL', KEYS[4]), redis.call('HGET', KEYS[2], 't:' .. w) or false, redis.call('HGET', KEYS[2], 'm:' .. w) or false}
+  return held_by(w, redis.call('PTTL', KEYS[4]))
 end
 if redis.call('ZCARD', KEYS[1]) > 0 then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[5])
@@ -269,7 +277,7 @@ func (s *Store) acquireKind(ctx context.Context, req fence.Request) (fence.Claim
 		if flag, _ := vals[0].(int64); flag == -1 && len(vals) == 2 {
 			return nil, fmt.Errorf("fenceredis: acquire semaphore %q: %w: held with limit %v, asked with %d", req.Key, fence.ErrLimitMismatch, vals[1], req.Limit)
 		}
-		if len(vals) == 5 && vals[1] == nil && toPositive(vals[2]) > 0 {
+		if len(vals) == 4 && vals[1] == nil && toPositive(vals[2]) > 0 {
 			pttl := toPositive(vals[2])
 			// A waiting writer keeps this reader out until its marker
 			// expires, unless renewed: wake then.

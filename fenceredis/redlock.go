@@ -213,19 +213,19 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 
 	// Phase 1: take the lock and collect the proposed tokens. Once the
 	// attempt is abandoned, a server that grants it late lets go again.
-	req.Owner = attemptValue(req.Owner)
+	value := lockValue(attemptValue(req.Owner), req.Meta)
 	var abandoned atomic.Bool
 	got := gather(phaseCtx, deadline, &r.running, r.stores, func(ctx context.Context, s *Store) (reservation, error) {
-		res, err := s.reserve(ctx, req)
+		res, err := s.reserve(ctx, req.Key, value, req.TTL)
 		if err == nil && res.ok && abandoned.Load() {
-			_ = s.release(ctx, req.Key, req.Owner)
+			_ = s.release(ctx, req.Key, value)
 		}
 		return res, err
 	}, decided(n, r.quorum, reservation.granted))
 	yes, _, failed, errs := tally(n, got, reservation.granted)
 	if yes < r.quorum {
 		abandoned.Store(true)
-		r.rollback(ctx, req)
+		r.rollback(ctx, req, value)
 		if failed > n-r.quorum {
 			return nil, r.noQuorum("acquire", req.Key, yes, errs)
 		}
@@ -249,20 +249,20 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 
 	// Phase 2: raise a quorum's counters to the chosen token.
 	raised := gather(phaseCtx, deadline, &r.running, holders, func(ctx context.Context, s *Store) (bool, error) {
-		return s.raise(ctx, req.Key, req.Owner, token, req.TTL)
+		return s.raise(ctx, req.Key, value, token, req.TTL)
 	}, decided(len(holders), r.quorum, isTrue))
 	yes, _, _, errs = tally(len(holders), raised, isTrue)
 	if yes < r.quorum {
 		abandoned.Store(true)
-		r.rollback(ctx, req)
+		r.rollback(ctx, req, value)
 		return nil, r.noQuorum("acquire", req.Key, yes, errs)
 	}
 	if elapsed := time.Since(start); elapsed >= req.TTL-drift(req.TTL) {
 		abandoned.Store(true)
-		r.rollback(ctx, req)
+		r.rollback(ctx, req, value)
 		return nil, fmt.Errorf("%w: acquire %q took %v, past the lease's validity", ErrNoQuorum, req.Key, elapsed)
 	}
-	return &redlockClaim{r: r, key: req.Key, owner: req.Owner, token: token}, nil
+	return &redlockClaim{r: r, key: req.Key, value: value, token: token}, nil
 }
 
 func isTrue(b bool) bool { return b }
@@ -275,16 +275,17 @@ func (r *Redlock) noQuorum(op, key string, yes int, errs []error) error {
 // rollback deletes a failed acquisition's locks on every server
 // (compare-and-delete: servers where it did not get the lock are
 // untouched), waiting at most the TTL, after which they expire anyway.
-func (r *Redlock) rollback(ctx context.Context, req fence.Request) {
+func (r *Redlock) rollback(ctx context.Context, req fence.Request, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.TTL)
 	defer cancel()
 	gather(ctx, time.Now().Add(req.TTL), &r.running, r.stores, func(ctx context.Context, s *Store) (struct{}, error) {
-		return struct{}{}, s.release(ctx, req.Key, req.Owner)
+		return struct{}{}, s.release(ctx, req.Key, value)
 	}, nil)
 }
 
-// attemptValue is what one acquisition attempt stores as the lock's value
-// on every server: the owner and a random nonce. The Client retries a
+// attemptValue is the owner part of what one acquisition attempt stores
+// as the lock's value on every server (lockValue): the owner and a random
+// nonce. The Client retries a
 // waiting acquisition with the same owner; with the nonce, a late rollback
 // or a late grant of one attempt can never touch the lock of the next.
 // Holders are reported with the owner alone (ownerOf).
@@ -297,7 +298,7 @@ func attemptValue(owner string) string {
 type redlockClaim struct {
 	r     *Redlock
 	key   string
-	owner string // the attempt's value
+	value string // the attempt's lock value
 	token int64
 }
 
@@ -307,7 +308,7 @@ func (c *redlockClaim) Token() int64 { return c.token }
 func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 	r, n := c.r, len(c.r.stores)
 	got := gather(ctx, deadlineOf(ctx, ttl), &r.running, r.stores, func(ctx context.Context, s *Store) (bool, error) {
-		return notHeldIsFalse(s.extend(ctx, c.key, c.owner, ttl))
+		return notHeldIsFalse(s.extend(ctx, c.key, c.value, ttl))
 	}, decided(n, r.quorum, isTrue))
 	yes, no, _, errs := tally(n, got, isTrue)
 	switch {
@@ -315,7 +316,7 @@ func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 		return nil
 	case no > n-r.quorum:
 		return fmt.Errorf("%w: %q is held by %s on %d of %d servers, fewer than a quorum of %d",
-			fence.ErrNotHeld, c.key, ownerOf(c.owner), n-no, n, r.quorum)
+			fence.ErrNotHeld, c.key, ownerOf(c.value), n-no, n, r.quorum)
 	}
 	return r.noQuorum("extend", c.key, yes, errs)
 }
@@ -325,7 +326,7 @@ func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 func (c *redlockClaim) Release(ctx context.Context) error {
 	r, n := c.r, len(c.r.stores)
 	got := gather(ctx, deadlineOf(ctx, time.Minute), &r.running, r.stores, func(ctx context.Context, s *Store) (bool, error) {
-		return notHeldIsFalse(s.release(ctx, c.key, c.owner))
+		return notHeldIsFalse(s.release(ctx, c.key, c.value))
 	}, decided(n, r.quorum, isTrue))
 	yes, no, _, errs := tally(n, got, isTrue)
 	switch {
@@ -333,7 +334,7 @@ func (c *redlockClaim) Release(ctx context.Context) error {
 		return nil
 	case no > n-r.quorum:
 		return fmt.Errorf("%w: %q was held by %s on %d of %d servers, fewer than a quorum of %d",
-			fence.ErrNotHeld, c.key, ownerOf(c.owner), yes, n, r.quorum)
+			fence.ErrNotHeld, c.key, ownerOf(c.value), yes, n, r.quorum)
 	}
 	return r.noQuorum("release", c.key, yes, errs)
 }
@@ -466,23 +467,21 @@ func (r *Redlock) Watch(ctx context.Context, key string) (<-chan struct{}, error
 }
 
 // reserve is phase 1 on one server.
-func (s *Store) reserve(ctx context.Context, req fence.Request) (reservation, error) {
-	n := s.names(req.Key)
-	reply, err := reserveScript.Run(ctx, s.rdb, n.keys(), req.Owner, ms(req.TTL), encodeMeta(req.Meta)).Result()
+func (s *Store) reserve(ctx context.Context, key, value string, ttl time.Duration) (reservation, error) {
+	reply, err := reserveScript.Run(ctx, s.rdb, s.names(key).keys(), value, ms(ttl)).Result()
 	if err != nil {
-		return reservation{}, fmt.Errorf("fenceredis: reserve %q: %w", req.Key, err)
+		return reservation{}, fmt.Errorf("fenceredis: reserve %q: %w", key, err)
 	}
-	token, holder, ok, err := granted(req.Key, reply)
+	token, holder, ok, err := granted(key, reply)
 	if err != nil {
-		return reservation{}, fmt.Errorf("fenceredis: reserve %q: %w", req.Key, err)
+		return reservation{}, fmt.Errorf("fenceredis: reserve %q: %w", key, err)
 	}
 	return reservation{store: s, ok: ok, token: token, holder: holder}, nil
 }
 
 // raise is phase 2 on one server; false if it no longer holds the lock.
-func (s *Store) raise(ctx context.Context, key, owner string, token int64, ttl time.Duration) (bool, error) {
-	n := s.names(key)
-	ok, err := raiseScript.Run(ctx, s.rdb, n.keys(), owner, token, ms(ttl+s.retention)).Int()
+func (s *Store) raise(ctx context.Context, key, value string, token int64, ttl time.Duration) (bool, error) {
+	ok, err := raiseScript.Run(ctx, s.rdb, s.names(key).keys(), value, token, ms(ttl+s.retention)).Int()
 	if err != nil {
 		return false, fmt.Errorf("fenceredis: raise token of %q: %w", key, err)
 	}

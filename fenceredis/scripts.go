@@ -18,18 +18,25 @@ import (
 // to EVAL (which also loads it) when the server answers NOSCRIPT, as after
 // a restart or SCRIPT FLUSH.
 //
-// KEYS are always lock, holder, counter (see keys.go), all in one slot.
-// Numbers cross the Lua boundary as decimal strings made with
+// KEYS are always lock, counter (see keys.go), in one slot. The lock's
+// value is the holder's owner id followed by its metadata (lockValue);
+// while the lock exists, the counter holds its token (the last one
+// issued). Numbers cross the Lua boundary as decimal strings made with
 // string.format('%d'), never by Lua's own number formatting; Lua numbers
 // are doubles, exact below 2^53 (tokens are microseconds since 1970, about
 // 2^50.6 in 2026).
+//
+// Every redis.call costs the server about a microsecond more than the
+// command itself, so the scripts make as few as they can: an acquisition
+// makes four (SET NX PX, TIME, GET and SET of the counter), a release
+// three (GET, DEL, publish).
 
 // heldReply is the tail shared by the scripts that report a holder:
-// {0, owner or false, pttl, token or false, meta or false}.
+// {0, lock value or false, pttl, token or false}.
 const heldReply = `
-local function held()
-  return {0, redis.call('GET', KEYS[1]) or false, redis.call('PTTL', KEYS[1]),
-    redis.call('HGET', KEYS[2], 'token') or false, redis.call('HGET', KEYS[2], 'meta') or false}
+local function held(value)
+  return {0, value or redis.call('GET', KEYS[1]) or false, redis.call('PTTL', KEYS[1]),
+    redis.call('GET', KEYS[2]) or false}
 end
 `
 
@@ -40,83 +47,79 @@ const nextToken = `
 local function next_token()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return math.max(tonumber(redis.call('GET', KEYS[3]) or '0') + 1, now)
+  return string.format('%d', math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now))
 end
 `
 
 // acquireScript takes the lock and issues its token in one step. If the
-// lock is already this owner's, the request is a retry (go-redis retries
+// lock already holds this value, the request is a retry (go-redis retries
 // a command whose reply was lost) and gets the token issued the first time.
-// ARGV: owner, ttl ms, counter ttl ms, meta JSON.
+// ARGV: lock value, ttl ms, counter ttl ms.
 // Reply: {1, token} or heldReply.
 var acquireScript = redis.NewScript(heldReply + nextToken + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return {1, redis.call('HGET', KEYS[2], 'token') or false}
+  local value = redis.call('GET', KEYS[1])
+  if value == ARGV[1] then
+    return {1, redis.call('GET', KEYS[2]) or false}
   end
-  return held()
+  return held(value)
 end
-local token = string.format('%d', next_token())
-redis.call('SET', KEYS[3], token, 'PX', ARGV[3])
-redis.call('HSET', KEYS[2], 'token', token, 'meta', ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+local token = next_token()
+redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
 return {1, token}
 `)
 
 // reserveScript is Redlock's first phase on one server: take the lock and
 // propose a token without issuing it. A retry proposes again.
-// ARGV: owner, ttl ms, meta JSON. Reply: {1, proposed token} or heldReply.
+// ARGV: lock value, ttl ms. Reply: {1, proposed token} or heldReply.
 var reserveScript = redis.NewScript(heldReply + nextToken + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return {1, string.format('%d', next_token())}
+  local value = redis.call('GET', KEYS[1])
+  if value ~= ARGV[1] then
+    return held(value)
   end
-  return held()
 end
-redis.call('HSET', KEYS[2], 'meta', ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return {1, string.format('%d', next_token())}
+return {1, next_token()}
 `)
 
 // raiseScript is Redlock's second phase on one server: if the lock is
-// still this owner's, raise the counter to the chosen token.
-// ARGV: owner, token, counter ttl ms. Reply: 1, or 0 if not held.
+// still this value, raise the counter to the chosen token (which is above
+// the counter: this server proposed at most the chosen token, and no one
+// else can issue one while the lock is held).
+// ARGV: lock value, token, counter ttl ms. Reply: 1, or 0 if not held.
 var raiseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
-  redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 else
-  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
-redis.call('HSET', KEYS[2], 'token', ARGV[2])
-redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
 return 1
 `)
 
-// extendScript is compare-and-PEXPIRE. ARGV: owner, ttl ms, counter ttl
-// ms. Reply: 1, or 0 if not held.
+// extendScript is compare-and-PEXPIRE. ARGV: lock value, ttl ms, counter
+// ttl ms. Reply: 1, or 0 if not held.
 var extendScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 `)
 
 // releaseScript is compare-and-DEL, then a message on the release channel:
 // sharded pub/sub on Redis 7 and later (the only ones with
 // redis.REDIS_VERSION_NUM), plain pub/sub before. The waiters' side
-// (watch.go) makes the same choice from the same fact.
-// ARGV: owner, channel. Reply: 1, or 0 if not held.
+// (watch.go) makes the same choice from the same fact. KEYS: the lock
+// alone. ARGV: lock value, channel. Reply: 1, or 0 if not held.
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1])
 if redis.REDIS_VERSION_NUM then
   redis.call('SPUBLISH', ARGV[2], 'released')
 else
@@ -125,7 +128,7 @@ end
 return 1
 `)
 
-// inspectScript reads the holder. Reply: heldReply; owner false if free.
+// inspectScript reads the holder. Reply: heldReply; value false if free.
 var inspectScript = redis.NewScript(heldReply + `
 return held()
 `)
@@ -139,9 +142,6 @@ var versionScript = redis.NewScript(`return redis.REDIS_VERSION_NUM or 0`)
 func ms(d time.Duration) int64 {
 	return max(1, int64((d+time.Millisecond-1)/time.Millisecond))
 }
-
-// encodeMeta is meta as JSON, or "" if there is none.
-func encodeMeta(meta map[string]string) string { return metajson.Encode(meta) }
 
 // granted parses the {1, token} reply of acquireScript and reserveScript;
 // ok is false with the holder for heldReply.
@@ -164,36 +164,63 @@ func granted(key string, reply any) (token int64, holder fence.Holder, ok bool, 
 	return 0, holder, false, err
 }
 
+// encodeMeta is meta as JSON, or "" if there is none.
+func encodeMeta(meta map[string]string) string { return metajson.Encode(meta) }
+
 // parseHolder parses heldReply. held is false if the lock is free.
 func parseHolder(key string, vals []any) (h fence.Holder, held bool, err error) {
-	if len(vals) != 5 {
+	if len(vals) != 4 {
 		return h, false, fmt.Errorf("fenceredis: unexpected holder reply %v", vals)
 	}
 	h.Key = key
-	owner, isString := vals[1].(string)
+	value, isString := vals[1].(string)
 	if !isString {
 		return h, false, nil
 	}
-	h.Owner = ownerOf(owner)
+	var meta string
+	h.Owner, meta = splitValue(value)
 	if pttl, _ := vals[2].(int64); pttl > 0 {
 		h.ExpiresIn = time.Duration(pttl) * time.Millisecond
 	}
 	if vals[3] != nil {
 		h.Token, _ = toInt(vals[3])
 	}
-	if m, _ := vals[4].(string); m != "" {
-		_ = json.Unmarshal([]byte(m), &h.Meta) // metadata is informational
+	if meta != "" {
+		_ = json.Unmarshal([]byte(meta), &h.Meta) // metadata is informational
 	}
 	return h, true, nil
 }
 
-// attemptSep separates the owner from a Redlock attempt's nonce in a lock
-// value. Owner ids are printable, so it never occurs in one.
-const attemptSep = "\x1f"
+// A lock's value is the owner id, then for a Redlock attempt attemptSep
+// and a nonce, then, if the holder has metadata, metaSep and the metadata
+// as JSON. Owner ids are printable, so neither separator occurs in one;
+// JSON escapes both.
+const (
+	attemptSep = "\x1f"
+	metaSep    = "\x1e"
+)
+
+// lockValue is what an acquisition by owner (with a Redlock nonce, if
+// any) writes as the lock's value.
+func lockValue(owner string, meta map[string]string) string {
+	m := encodeMeta(meta)
+	if m == "" {
+		return owner
+	}
+	return owner + metaSep + m
+}
+
+// splitValue returns the owner id (without a Redlock nonce) and the
+// metadata JSON in a lock value.
+func splitValue(value string) (owner, meta string) {
+	rest, meta, _ := strings.Cut(value, metaSep)
+	owner, _, _ = strings.Cut(rest, attemptSep)
+	return owner, meta
+}
 
 // ownerOf returns the owner id in a lock value.
 func ownerOf(value string) string {
-	owner, _, _ := strings.Cut(value, attemptSep)
+	owner, _ := splitValue(value)
 	return owner
 }
 

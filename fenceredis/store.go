@@ -105,7 +105,7 @@ func (s *Store) Close() error {
 
 func (s *Store) names(key string) names { return lockNames(s.prefix, key) }
 
-func (n names) keys() []string { return []string{n.lock, n.holder, n.counter} }
+func (n names) keys() []string { return []string{n.lock, n.counter} }
 
 // TryAcquire implements fence.Driver: one script sets the lock if absent
 // and, only then, issues the token max(counter+1, server time in µs).
@@ -115,10 +115,10 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	}
 	// The claim's names and keys are made once, for this attempt and for
 	// every later extend and the release.
-	c := &claim{s: s, n: s.names(req.Key), key: req.Key, owner: req.Owner}
+	c := &claim{s: s, n: s.names(req.Key), key: req.Key, value: lockValue(req.Owner, req.Meta)}
 	c.keys = c.n.keys()
 	reply, err := acquireScript.Run(ctx, s.rdb, c.keys,
-		req.Owner, ms(req.TTL), ms(req.TTL+s.retention), encodeMeta(req.Meta)).Result()
+		c.value, ms(req.TTL), ms(req.TTL+s.retention)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("fenceredis: acquire %q: %w", req.Key, err)
 	}
@@ -138,7 +138,7 @@ type claim struct {
 	n     names
 	keys  []string // n.keys()
 	key   string
-	owner string
+	value string // the lock's value: lockValue(owner, meta)
 	token int64
 }
 
@@ -146,41 +146,43 @@ func (c *claim) Token() int64 { return c.token }
 
 // Extend is compare-and-PEXPIRE.
 func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
-	return c.s.extendKeys(ctx, c.key, c.keys, c.owner, ttl)
+	return c.s.extendKeys(ctx, c.key, c.keys, c.value, ttl)
 }
 
 // Release is compare-and-DEL, announced on the key's release channel.
 func (c *claim) Release(ctx context.Context) error {
-	return c.s.releaseKeys(ctx, c.key, c.keys, c.n.channel, c.owner)
+	return c.s.releaseKeys(ctx, c.key, c.keys, c.n.channel, c.value)
 }
 
-func (s *Store) extend(ctx context.Context, key, owner string, ttl time.Duration) error {
-	return s.extendKeys(ctx, key, s.names(key).keys(), owner, ttl)
+// extend, release and their Keys forms take the lock value the
+// acquisition wrote (lockValue): compare-and-set is against all of it.
+func (s *Store) extend(ctx context.Context, key, value string, ttl time.Duration) error {
+	return s.extendKeys(ctx, key, s.names(key).keys(), value, ttl)
 }
 
-func (s *Store) extendKeys(ctx context.Context, key string, keys []string, owner string, ttl time.Duration) error {
-	ok, err := extendScript.Run(ctx, s.rdb, keys, owner, ms(ttl), ms(ttl+s.retention)).Int()
+func (s *Store) extendKeys(ctx context.Context, key string, keys []string, value string, ttl time.Duration) error {
+	ok, err := extendScript.Run(ctx, s.rdb, keys, value, ms(ttl), ms(ttl+s.retention)).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("fenceredis: extend %q: %w", key, err)
 	case ok != 1:
-		return fmt.Errorf("%w: %q is no longer held by %s", fence.ErrNotHeld, key, owner)
+		return fmt.Errorf("%w: %q is no longer held by %s", fence.ErrNotHeld, key, ownerOf(value))
 	}
 	return nil
 }
 
-func (s *Store) release(ctx context.Context, key, owner string) error {
+func (s *Store) release(ctx context.Context, key, value string) error {
 	n := s.names(key)
-	return s.releaseKeys(ctx, key, n.keys(), n.channel, owner)
+	return s.releaseKeys(ctx, key, n.keys(), n.channel, value)
 }
 
-func (s *Store) releaseKeys(ctx context.Context, key string, keys []string, channel, owner string) error {
-	ok, err := releaseScript.Run(ctx, s.rdb, keys[:2], owner, channel).Int()
+func (s *Store) releaseKeys(ctx context.Context, key string, keys []string, channel, value string) error {
+	ok, err := releaseScript.Run(ctx, s.rdb, keys[:1], value, channel).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("fenceredis: release %q: %w", key, err)
 	case ok != 1:
-		return fmt.Errorf("%w: %q is no longer held by %s", fence.ErrNotHeld, key, owner)
+		return fmt.Errorf("%w: %q is no longer held by %s", fence.ErrNotHeld, key, ownerOf(value))
 	}
 	return nil
 }
@@ -188,7 +190,7 @@ func (s *Store) releaseKeys(ctx context.Context, key string, keys []string, chan
 // Inspect implements fence.Inspector.
 func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	n := s.names(key)
-	reply, err := inspectScript.Run(ctx, s.rdb, n.keys()[:2]).Slice()
+	reply, err := inspectScript.Run(ctx, s.rdb, n.keys()).Slice()
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fenceredis: inspect %q: %w", key, err)
 	}
@@ -268,15 +270,15 @@ func (s *Store) scanNode(ctx context.Context, node redis.Cmdable, prefix string)
 // a lock may go between the reads; such a lock is left out).
 func (s *Store) readHolders(ctx context.Context, node redis.Cmdable, keys []string) ([]fence.Holder, error) {
 	type reads struct {
-		owner *redis.StringCmd
+		value *redis.StringCmd
 		pttl  *redis.DurationCmd
-		info  *redis.SliceCmd
+		token *redis.StringCmd
 	}
 	rs := make([]reads, len(keys))
 	_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, key := range keys {
 			n := s.names(key)
-			rs[i] = reads{p.Get(ctx, n.lock), p.PTTL(ctx, n.lock), p.HMGet(ctx, n.holder, "token", "meta")}
+			rs[i] = reads{p.Get(ctx, n.lock), p.PTTL(ctx, n.lock), p.Get(ctx, n.counter)}
 		}
 		return nil
 	})
@@ -285,15 +287,15 @@ func (s *Store) readHolders(ctx context.Context, node redis.Cmdable, keys []stri
 	}
 	var out []fence.Holder
 	for i, key := range keys {
-		owner, err := rs[i].owner.Result()
+		value, err := rs[i].value.Result()
 		if err != nil {
 			continue // released meanwhile
 		}
-		info, _ := rs[i].info.Result()
-		if len(info) != 2 {
-			info = []any{nil, nil}
+		var token any
+		if t, err := rs[i].token.Result(); err == nil {
+			token = t
 		}
-		h, _, _ := parseHolder(key, []any{int64(0), owner, rs[i].pttl.Val().Milliseconds(), info[0], info[1]})
+		h, _, _ := parseHolder(key, []any{int64(0), value, rs[i].pttl.Val().Milliseconds(), token})
 		out = append(out, h)
 	}
 	return out, nil

@@ -380,28 +380,86 @@ func TestWatchSurvivesRestart(t *testing.T) {
 	}
 }
 
-// Inspect and a HeldError carry the holder's metadata.
+// Inspect, List and a HeldError carry the holder's owner, token and
+// metadata, for every shape of lock (the metadata travels in the lock's
+// value or in the kinds' info hash), and a release leaves nothing but the
+// token counter.
 func TestHolderMetadata(t *testing.T) {
-	ctx := testCtx(t)
 	srv := testserver.Redis(t)
-	a := mustClient(t, mustOpen(t, connectSingle(srv)), fence.WithMetadata(map[string]string{"job": "nightly"}))
-	b := mustClient(t, mustOpen(t, connectSingle(srv)))
-	l, err := a.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
+	shapes := []struct {
+		name    string
+		connect func(t *testing.T) string
+		acquire func(ctx context.Context, c *fence.Client) (*fence.Lease, error)
+		contend func(ctx context.Context, c *fence.Client) (*fence.Lease, error) // nil: acquire
+		inspect bool                                                             // Inspect and List report it (plain locks only)
+	}{
+		{"lock", func(*testing.T) string { return connectSingle(srv) },
+			func(ctx context.Context, c *fence.Client) (*fence.Lease, error) { return c.TryAcquire(ctx, "meta") }, nil, true},
+		{"redlock", func(t *testing.T) string { _, connect, _ := redlockSetup(t, 3); return connect },
+			func(ctx context.Context, c *fence.Client) (*fence.Lease, error) { return c.TryAcquire(ctx, "meta") }, nil, true},
+		{"semaphore", func(*testing.T) string { return connectSingle(srv) },
+			func(ctx context.Context, c *fence.Client) (*fence.Lease, error) {
+				return c.Semaphore("meta-sem", 1).TryAcquire(ctx)
+			}, nil, false},
+		{"writer", func(*testing.T) string { return connectSingle(srv) },
+			func(ctx context.Context, c *fence.Client) (*fence.Lease, error) {
+				return c.RWMutex("meta-rw").TryAcquireWrite(ctx)
+			},
+			// A reader, not a second writer, which would leave its
+			// waiting mark behind for a while.
+			func(ctx context.Context, c *fence.Client) (*fence.Lease, error) {
+				return c.RWMutex("meta-rw").TryAcquireRead(ctx)
+			}, false},
 	}
-	defer l.Release(ctx)
-	_, err = b.TryAcquire(ctx, "k")
-	var held *fence.HeldError
-	if !errors.As(err, &held) || held.Holder == nil {
-		t.Fatalf("TryAcquire of a held key: %v", err)
-	}
-	h := held.Holder
-	if h.Owner != l.Owner() || h.Token != l.Token() || h.Meta["job"] != "nightly" || h.Meta["pid"] == "" || h.ExpiresIn <= 0 {
-		t.Errorf("holder = %+v; want owner %s token %d, job=nightly, a pid and a time left", h, l.Owner(), l.Token())
-	}
-	if !strings.Contains(err.Error(), "token "+strconv.FormatInt(l.Token(), 10)) {
-		t.Errorf("error %q does not show the token", err)
+	for _, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			connect := sh.connect(t)
+			a := mustClient(t, mustOpen(t, connect), fence.WithMetadata(map[string]string{"job": "nightly"}))
+			b := mustClient(t, mustOpen(t, connect))
+			l, err := sh.acquire(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, h fence.Holder) {
+				t.Helper()
+				if h.Owner != l.Owner() || h.Token != l.Token() || h.Meta["job"] != "nightly" || h.Meta["pid"] == "" || h.ExpiresIn <= 0 {
+					t.Errorf("%s: holder = %+v; want owner %s token %d, job=nightly, a pid and a time left", what, h, l.Owner(), l.Token())
+				}
+			}
+			contend := sh.contend
+			if contend == nil {
+				contend = sh.acquire
+			}
+			_, err = contend(ctx, b)
+			var held *fence.HeldError
+			if !errors.As(err, &held) || held.Holder == nil {
+				t.Fatalf("TryAcquire of a held key: %v", err)
+			}
+			check("HeldError", *held.Holder)
+			if !strings.Contains(err.Error(), "token "+strconv.FormatInt(l.Token(), 10)) {
+				t.Errorf("error %q does not show the token", err)
+			}
+			if sh.inspect {
+				h, err := b.Inspect(ctx, "meta")
+				if err != nil {
+					t.Fatal(err)
+				}
+				check("Inspect", h)
+				hs, err := b.List(ctx, "meta")
+				if err != nil || len(hs) != 1 {
+					t.Fatalf("List = %+v, %v; want the one holder", hs, err)
+				}
+				check("List", hs[0])
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			left, err := newRaw(t, connect).leftovers(ctx, "meta")
+			if err != nil || len(left) != 0 {
+				t.Errorf("keys left after the release: %q, %v", left, err)
+			}
+		})
 	}
 }
 
