@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -47,7 +48,7 @@ const nextToken = `
 local function next_token()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return string.format('%d', math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now))
+  return math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now)
 end
 `
 
@@ -55,23 +56,24 @@ end
 // lock already holds this value, the request is a retry (go-redis retries
 // a command whose reply was lost) and gets the token issued the first time.
 // ARGV: lock value, ttl ms, counter ttl ms.
-// Reply: {1, token} or heldReply.
+// Reply: the token (an integer: Redis turns a Lua number into one,
+// exactly below 2^53) or heldReply.
 var acquireScript = redis.NewScript(heldReply + nextToken + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local value = redis.call('GET', KEYS[1])
   if value == ARGV[1] then
-    return {1, redis.call('GET', KEYS[2]) or false}
+    return tonumber(redis.call('GET', KEYS[2]) or '0')
   end
   return held(value)
 end
 local token = next_token()
-redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
-return {1, token}
+redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
+return token
 `)
 
 // reserveScript is Redlock's first phase on one server: take the lock and
 // propose a token without issuing it. A retry proposes again.
-// ARGV: lock value, ttl ms. Reply: {1, proposed token} or heldReply.
+// ARGV: lock value, ttl ms. Reply: the proposed token or heldReply.
 var reserveScript = redis.NewScript(heldReply + nextToken + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local value = redis.call('GET', KEYS[1])
@@ -79,7 +81,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return held(value)
   end
 end
-return {1, next_token()}
+return next_token()
 `)
 
 // raiseScript is Redlock's second phase on one server: if the lock is
@@ -143,25 +145,25 @@ func ms(d time.Duration) int64 {
 	return max(1, int64((d+time.Millisecond-1)/time.Millisecond))
 }
 
-// granted parses the {1, token} reply of acquireScript and reserveScript;
-// ok is false with the holder for heldReply.
+// granted parses the reply of acquireScript, reserveScript and the kinds'
+// acquire scripts: a token, as an integer or as {1, token}, or heldReply,
+// for which ok is false and holder is filled in.
 func granted(key string, reply any) (token int64, holder fence.Holder, ok bool, err error) {
-	vals, isSlice := reply.([]any)
-	if !isSlice || len(vals) == 0 {
-		return 0, holder, false, fmt.Errorf("fenceredis: unexpected script reply %v", reply)
-	}
-	if flag, _ := vals[0].(int64); flag == 1 && len(vals) == 2 {
-		token, err = toInt(vals[1])
-		if err == nil && token <= 0 {
-			err = fmt.Errorf("token %d", token)
+	if vals, isSlice := reply.([]any); isSlice && len(vals) > 0 {
+		if flag, _ := vals[0].(int64); flag != 1 || len(vals) != 2 {
+			holder, _, err = parseHolder(key, vals)
+			return 0, holder, false, err
 		}
-		if err != nil {
-			return 0, holder, false, fmt.Errorf("fenceredis: bad token in script reply: %v", err)
-		}
-		return token, holder, true, nil
+		reply = vals[1]
 	}
-	holder, _, err = parseHolder(key, vals)
-	return 0, holder, false, err
+	token, err = toInt(reply)
+	if err == nil && token <= 0 {
+		err = fmt.Errorf("token %d", token)
+	}
+	if err != nil {
+		return 0, holder, false, fmt.Errorf("fenceredis: bad token in script reply: %v", err)
+	}
+	return token, holder, true, nil
 }
 
 // encodeMeta is meta as JSON, or "" if there is none.
@@ -203,11 +205,12 @@ const (
 // lockValue is what an acquisition by owner (with a Redlock nonce, if
 // any) writes as the lock's value.
 func lockValue(owner string, meta map[string]string) string {
-	m := encodeMeta(meta)
-	if m == "" {
+	if len(meta) == 0 {
 		return owner
 	}
-	return owner + metaSep + m
+	b := make([]byte, 0, len(owner)+len(metaSep)+metajson.Size(meta))
+	b = metajson.Append(append(append(b, owner...), metaSep...), meta)
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
 }
 
 // splitValue returns the owner id (without a Redlock nonce) and the

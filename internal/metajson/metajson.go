@@ -5,6 +5,7 @@ package metajson
 import (
 	"slices"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Encode returns meta as a JSON object with sorted keys, byte for byte
@@ -15,15 +16,31 @@ func Encode(meta map[string]string) string {
 	if len(meta) == 0 {
 		return ""
 	}
-	var small [8]string
-	keys := small[:0]
+	b := Append(make([]byte, 0, Size(meta)), meta)
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
+}
+
+// Size is about the length of meta's encoding: exact unless a key or a
+// value needs escapes.
+func Size(meta map[string]string) int {
 	size := 2
 	for k, v := range meta {
-		keys = append(keys, k)
 		size += len(k) + len(v) + 6
 	}
+	return size
+}
+
+// Append appends what Encode returns for meta to b.
+func Append(b []byte, meta map[string]string) []byte {
+	if len(meta) == 0 {
+		return b
+	}
+	var small [8]string
+	keys := small[:0]
+	for k := range meta {
+		keys = append(keys, k)
+	}
 	slices.Sort(keys)
-	b := make([]byte, 0, size)
 	b = append(b, '{')
 	for i, k := range keys {
 		if i > 0 {
@@ -33,8 +50,7 @@ func Encode(meta map[string]string) string {
 		b = append(b, ':')
 		b = appendJSONString(b, meta[k])
 	}
-	b = append(b, '}')
-	return string(b)
+	return append(b, '}')
 }
 
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes

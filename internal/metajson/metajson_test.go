@@ -21,6 +21,9 @@ func TestEncodeIsJSON(t *testing.T) {
 		if got := Encode(m); got != string(want) {
 			t.Errorf("Encode(%q)\n got %s\nwant %s", m, got, want)
 		}
+		if got := Append([]byte("prefix"), m); string(got) != "prefix"+string(want) {
+			t.Errorf("Append(prefix, %q)\n got %s\nwant prefix%s", m, got, want)
+		}
 	}
 	if got := Encode(nil); got != "" {
 		t.Errorf("Encode(nil) = %q, want empty", got)
