@@ -141,7 +141,7 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 		rows := rep.Rows(store)
-		want := 9 + 2*len(cfg.Waiters)
+		want := 10 + 2*len(cfg.Waiters)
 		if store == "redis" || slices.ContainsFunc(rows, func(r Row) bool { return r.Label == serverTimeLabel }) {
 			want++ // server time: always from Redis, from PostgreSQL with pg_stat_statements
 		}

@@ -97,7 +97,7 @@ type Comparison struct {
 func Comparisons(store string) []Comparison {
 	switch store {
 	case "redis":
-		return []Comparison{{"fence", "redsync"}, {"fence", "redislock"}, {"fence", "raw"}}
+		return []Comparison{{"fence", "redsync"}, {"fence", "redislock"}, {"fence", "raw"}, {"fence", "raw-incr"}}
 	case "postgres":
 		return []Comparison{
 			{"fence-lease", "raw-lease"},

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -94,6 +95,11 @@ type Result struct {
 	// one pair in the serial measurement, where it tells (Redis, and
 	// PostgreSQL with pg_stat_statements); 0 where it does not.
 	ServerTime time.Duration
+	// ClientCPU is the CPU time (user and system) the whole benchmark
+	// process spent per pair in the serial measurement: the client's own
+	// work, its system calls and its garbage collection, whatever the
+	// wait for the store.
+	ClientCPU time.Duration
 	// Handoff is the time from a holder's release to the next waiter
 	// holding the lock, by number of waiters.
 	Handoff map[int]Stats
@@ -103,6 +109,7 @@ type Result struct {
 	parallelTime     time.Duration
 	parallelOps      int
 	mallocs, bytes   uint64
+	cpu              time.Duration
 	rt               int64
 	srvTime          time.Duration
 	srvTimeKnown     bool
@@ -159,9 +166,11 @@ func Run(ctx context.Context, srv *Servers, contenders []Contender, cfg Config) 
 			runtime.ReadMemStats(&before)
 			srv0, known0 := srv.serverTime(ctx, c.Store)
 			rt0 := o.rt.Load()
+			cpu0 := processCPU()
 			start := time.Now()
 			lat, err := uncontended(ctx, o.client, 1, cfg.Ops, "bench/u1/"+c.Name)
 			took := time.Since(start)
+			r.cpu += processCPU() - cpu0
 			rt1 := o.rt.Load()
 			runtime.ReadMemStats(&after)
 			srv1, known1 := srv.serverTime(ctx, c.Store)
@@ -217,6 +226,7 @@ func Run(ctx context.Context, srv *Servers, contenders []Contender, cfg Config) 
 		r.Allocs = float64(r.mallocs) / n
 		r.Bytes = float64(r.bytes) / n
 		r.RoundTrips = float64(r.rt) / n
+		r.ClientCPU = time.Duration(float64(r.cpu) / n)
 		if r.srvTimeKnown {
 			r.ServerTime = time.Duration(float64(r.srvTime) / n)
 		}
@@ -390,4 +400,13 @@ func handoff(ctx context.Context, c Contender, waiters, want int, hold time.Dura
 		return lat, fmt.Errorf("only %d of %d handoffs: %v", len(lat), want, context.Cause(bctx))
 	}
 	return lat, nil
+}
+
+// processCPU is the user and system CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

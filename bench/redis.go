@@ -25,7 +25,7 @@ const TTL = 30 * time.Second
 func redisContenders(addr string) []Contender {
 	return []Contender{
 		{Store: "redis", Name: "fence", Role: RoleFence,
-			Desc: "fenceredis: one EVALSHA (SET NX PX, token, holder hash) + one EVALSHA (compare-and-DEL, publish); waiters wake on pub/sub",
+			Desc: "fenceredis: one EVALSHA (SET NX PX of owner and metadata, then TIME, GET and SET PX of the counter) + one EVALSHA (compare-and-DEL, SPUBLISH); waiters wake on pub/sub",
 			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
 				rdb := newRedis(addr, rt)
 				st, err := fenceredis.New(rdb)
@@ -51,16 +51,27 @@ func redisContenders(addr string) []Contender {
 				return &redislockClient{c: redislock.New(rdb), rdb: rdb}, nil
 			}},
 		{Store: "redis", Name: "raw", Role: RoleRaw,
-			Desc: "one EVALSHA (SET NX PX + INCR token) + one EVALSHA (compare-and-DEL + PUBLISH); waiters wake on pub/sub",
+			Desc: "the same job in the fewest calls: one EVALSHA (SET NX PX, then TIME, GET and SET PX of the counter: token max(counter+1, time in µs), counter expiring) + one EVALSHA (compare-and-DEL + PUBLISH); waiters wake on pub/sub",
 			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
-				rdb := newRedis(addr, rt)
-				if err := rawRedisLoad(ctx, rdb); err != nil {
-					rdb.Close()
-					return nil, err
-				}
-				return &rawRedisClient{rdb: rdb}, nil
+				return openRawRedis(ctx, addr, rt, rawAcquire)
+			}},
+		{Store: "redis", Name: "raw-incr", Role: RoleRaw,
+			Desc: "a weaker token: one EVALSHA (SET NX PX + INCR; the counter never expires, and a failover that loses it issues old tokens again) + one EVALSHA (compare-and-DEL + PUBLISH); waiters wake on pub/sub",
+			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
+				return openRawRedis(ctx, addr, rt, rawAcquireIncr)
 			}},
 	}
+}
+
+func openRawRedis(ctx context.Context, addr string, rt *atomic.Int64, acquire *redis.Script) (Client, error) {
+	rdb := newRedis(addr, rt)
+	for _, s := range []*redis.Script{acquire, rawRelease} {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			rdb.Close()
+			return nil, err
+		}
+	}
+	return &rawRedisClient{rdb: rdb, acquire: acquire}, nil
 }
 
 func newRedis(addr string, rt *atomic.Int64) *redis.Client {
@@ -207,8 +218,25 @@ func (r *redislockLocker) Unlock(ctx context.Context) error {
 // raw: the floor. One script takes the lock and issues the token, one
 // deletes it (only if ours) and announces the release.
 
-// rawAcquire: KEYS lock, counter; ARGV owner, ttl ms. Reply: token, or 0.
+// rawAcquire issues the token fence issues, max(counter+1, server time in
+// µs), so that a counter lost in a failover or expired on purpose never
+// lets a token go back, with the fewest calls: the lock, the clock, the
+// counter read and written. KEYS lock, counter; ARGV owner, ttl ms,
+// counter ttl ms. Reply: token, or 0.
 var rawAcquire = redis.NewScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 0
+end
+local t = redis.call('TIME')
+local token = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
+return token
+`)
+
+// rawAcquireIncr issues an INCR token: cheaper, but its counter lives
+// forever and a failover that loses it issues old tokens again. KEYS
+// lock, counter; ARGV owner, ttl ms, (unused). Reply: token, or 0.
+var rawAcquireIncr = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
 end
@@ -225,32 +253,29 @@ end
 return 0
 `)
 
-func rawRedisLoad(ctx context.Context, rdb *redis.Client) error {
-	if err := rawAcquire.Load(ctx, rdb).Err(); err != nil {
-		return err
-	}
-	return rawRelease.Load(ctx, rdb).Err()
+type rawRedisClient struct {
+	rdb     *redis.Client
+	acquire *redis.Script
 }
-
-type rawRedisClient struct{ rdb *redis.Client }
 
 func (r *rawRedisClient) Locker() Locker {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &rawRedisLocker{rdb: r.rdb, id: hex.EncodeToString(b[:]) + "-"}
+	return &rawRedisLocker{rdb: r.rdb, acquire: r.acquire, id: hex.EncodeToString(b[:]) + "-"}
 }
 
 func (r *rawRedisClient) Close() error { return r.rdb.Close() }
 
 type rawRedisLocker struct {
-	rdb *redis.Client
-	id  string // random, per locker
-	n   int64  // acquisitions, to make each owner unique
+	rdb     *redis.Client
+	acquire *redis.Script
+	id      string // random, per locker
+	n       int64  // acquisitions, to make each owner unique
 
-	key                    string
-	lockKeys               []string // lock, counter
-	channel, owner, ttlStr string
-	token                  int64
+	key                                string
+	lockKeys                           []string // lock, counter
+	channel, owner, ttlStr, counterTTL string
+	token                              int64
 
 	sub *redis.PubSub // subscribed to channel once contended
 }
@@ -267,12 +292,13 @@ func (r *rawRedisLocker) setKey(key string) {
 	r.lockKeys = []string{"raw:{" + key + "}", "raw:{" + key + "}:token"}
 	r.channel = "raw:{" + key + "}:released"
 	r.ttlStr = strconv.FormatInt(TTL.Milliseconds(), 10)
+	r.counterTTL = strconv.FormatInt((TTL + time.Hour).Milliseconds(), 10) // fence's default retention
 }
 
 func (r *rawRedisLocker) try(ctx context.Context) (bool, error) {
 	r.n++
 	r.owner = r.id + strconv.FormatInt(r.n, 10)
-	tok, err := rawAcquire.EvalSha(ctx, r.rdb, r.lockKeys, r.owner, r.ttlStr).Int64()
+	tok, err := r.acquire.EvalSha(ctx, r.rdb, r.lockKeys, r.owner, r.ttlStr, r.counterTTL).Int64()
 	if err != nil {
 		return false, err
 	}

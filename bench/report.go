@@ -99,6 +99,7 @@ func (rep *Report) Rows(store string) []Row {
 	figs := []figure{
 		{"round trips per acquire + release", func(r *Result) float64 { return r.RoundTrips }},
 		{serverTimeLabel, func(r *Result) float64 { return float64(r.ServerTime) / float64(time.Microsecond) }},
+		{"client CPU per acquire + release (µs)", func(r *Result) float64 { return float64(r.ClientCPU) / float64(time.Microsecond) }},
 		{"1 client: p50 (ms)", func(r *Result) float64 { return ms(r.Serial.P50) }},
 		{"1 client: p99 (ms)", func(r *Result) float64 { return ms(r.Serial.P99) }},
 		{"1 client: pairs/s", func(r *Result) float64 { return r.SerialRate }},
@@ -288,7 +289,8 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		"does %d acquire + release pairs with 1 client on one key, then %d with each of %d goroutines of one client on keys of their own; "+
 		"p50 and p99 are of single pairs, pairs/s of the whole turn\n", c.Rounds, c.Ops, c.Ops, c.Parallel)
 	pr("- allocations and bytes: `runtime.MemStats` around the 1-client turns, per pair (the whole process, " +
-		"so the client's background work counts too); round trips: requests the client sent to the store per pair " +
+		"so the client's background work counts too); client CPU: the process's user and system time " +
+		"(`getrusage`) around the same turns, per pair, its system calls and garbage collection included; round trips: requests the client sent to the store per pair " +
 		"(go-redis hook, pgx tracer, gRPC unary interceptor; watch and keepalive streams not counted); " +
 		"server time: the server's own time executing them, per pair, from `INFO commandstats` (Redis) and " +
 		"`pg_stat_statements` (PostgreSQL, execution only, not planning)\n")
