@@ -5,8 +5,8 @@
 //
 // Lease mode (NewLeaseDriver, the default choice) keeps one row per key in
 // a lock table: owner, expiry and token. Acquiring is one statement that
-// inserts the row or takes over a free or expired one, bumping its token,
-// and otherwise returns the current holder:
+// inserts the row or takes over a free or expired one, bumping its token
+// (when the key is held, a second statement reads the holder):
 //
 //	INSERT ... ON CONFLICT (key) DO UPDATE
 //	    SET token = greatest(token + 1, <server clock in µs>), ...

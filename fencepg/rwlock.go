@@ -44,13 +44,13 @@ func (d *SessionDriver) lockOf(req fence.Request) advisoryLock {
 	switch req.Kind {
 	case fence.KindRead:
 		return advisoryLock{id: RWAdvisoryID(req.Key), try: d.qTryRead, bump: d.qBumpRW,
-			wait: "pg_advisory_lock_shared", waitBump: d.qWaitRead, unlock: "pg_advisory_unlock_shared"}
+			wait: "pg_advisory_lock_shared", waitBump: d.qWaitRead, unlock: "SELECT pg_advisory_unlock_shared($1)"}
 	case fence.KindWrite:
 		return advisoryLock{id: RWAdvisoryID(req.Key), try: d.qTryWrite, bump: d.qBumpRW,
-			wait: "pg_advisory_lock", waitBump: d.qWaitWrite, unlock: "pg_advisory_unlock"}
+			wait: "pg_advisory_lock", waitBump: d.qWaitWrite, unlock: "SELECT pg_advisory_unlock($1)"}
 	}
 	return advisoryLock{id: AdvisoryID(req.Key), try: d.qTry, bump: d.qBump,
-		wait: "pg_advisory_lock", waitBump: d.qWait, unlock: "pg_advisory_unlock"}
+		wait: "pg_advisory_lock", waitBump: d.qWait, unlock: "SELECT pg_advisory_unlock($1)"}
 }
 
 func (d *SessionDriver) rwQueries() {
@@ -62,10 +62,9 @@ func (d *SessionDriver) rwQueries() {
 			ON CONFLICT (kind, key, slot) DO UPDATE SET token = ` + nextToken("k.token") + `
 			RETURNING k.token`
 	}
+	// A try returns no row if the lock was not granted (see qTry).
 	try := func(fn string) string {
-		return `WITH lk AS (SELECT ` + fn + `($2) AS ok, $3::text AS owner, $4::jsonb AS meta),
-			up AS (` + bump(" FROM lk", " WHERE lk.ok") + `)
-			SELECT lk.ok, (SELECT token FROM up) FROM lk`
+		return bump(" FROM (SELECT $3::text AS owner, $4::jsonb AS meta) args", " WHERE "+fn+"($2)")
 	}
 	// A wait and the bump after it, in one statement (see qWait).
 	wait := func(fn string) string {

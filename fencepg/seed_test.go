@@ -12,9 +12,10 @@ import (
 
 // A failover to an asynchronous replica can lose the last token bumps, and
 // a restored backup has older counters: here every counter row is deleted
-// behind fence's back. The next token of every mode and kind must still be
-// above every token handed out before, because tokens are seeded from the
-// server's clock.
+// behind fence's back, or set back to 1 (so that the next token comes from
+// the bump of an existing row, not from a new one). The next token of
+// every mode and kind must still be above every token handed out before,
+// because tokens are seeded from the server's clock.
 func TestTokensSurviveLostCounters(t *testing.T) {
 	_, pool := server(t)
 	ctx := ctxFor(t)
@@ -57,7 +58,7 @@ func TestTokensSurviveLostCounters(t *testing.T) {
 		{"transaction", viaTx},
 	}
 	last := make([]int64, len(modes))
-	for round := range 3 {
+	for round := range 4 {
 		for i, m := range modes {
 			token, err := m.acquire(ctx)
 			if err != nil {
@@ -68,10 +69,18 @@ func TestTokensSurviveLostCounters(t *testing.T) {
 			}
 			last[i] = token
 		}
-		// The counters go back to nothing, as on a replica that never
-		// saw them.
-		exec(t, pool, `DELETE FROM fence_locks`)
-		exec(t, pool, `DELETE FROM fence_tokens`)
-		exec(t, pool, `DELETE FROM fence_kinds`)
+		if round%2 == 0 {
+			// The counters go back to nothing, as on a replica that
+			// never saw them.
+			exec(t, pool, `DELETE FROM fence_locks`)
+			exec(t, pool, `DELETE FROM fence_tokens`)
+			exec(t, pool, `DELETE FROM fence_kinds`)
+		} else {
+			// The counters go back to an old value, as in a restored
+			// backup.
+			exec(t, pool, `UPDATE fence_locks SET token = 1`)
+			exec(t, pool, `UPDATE fence_tokens SET token = 1`)
+			exec(t, pool, `UPDATE fence_kinds SET token = 1`)
+		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
@@ -95,11 +94,13 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 					meta = EXCLUDED.meta, acquired_at = EXCLUDED.acquired_at
 			RETURNING t.token`
 	}
-	// Try the lock and, if granted, bump the token, in one round trip. A
-	// key whose id another key already uses violates the unique lock_id.
-	d.qTry = `WITH lk AS (SELECT pg_try_advisory_lock($2) AS ok),
-		up AS (` + bumpFrom(" FROM lk", " WHERE lk.ok") + `)
-		SELECT lk.ok, (SELECT token FROM up) FROM lk`
+	// Try the lock and, if granted, bump the token, in one round trip: no
+	// row means the lock was not granted. The WHERE of a SELECT without
+	// FROM is evaluated once, so the lock is taken at most once. (A CTE
+	// that returned whether the lock was granted cost every acquisition
+	// about 8 µs more on the benchmark machine.) A key whose id another
+	// key already uses violates the unique lock_id.
+	d.qTry = bumpFrom("", " WHERE pg_try_advisory_lock($2)")
 	// Wait for the lock in the server and bump the token once it is
 	// granted, in one statement, so that a waiter holds the key one round
 	// trip sooner. The statement's snapshot predates the wait, but ON
@@ -237,24 +238,21 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 	}
 	lk := d.lockOf(req)
-	var (
-		ok    bool
-		token pgtype.Int8
-	)
-	err = conn.QueryRow(ctx, lk.try, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&ok, &token)
-	if err != nil {
+	var token int64
+	err = conn.QueryRow(ctx, lk.try, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&token)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		// The lock may have been granted before the statement failed.
 		d.drop(conn, err)
 		return nil, d.acquireError(ctx, req, lk.id, err)
 	}
-	if !ok {
+	if err != nil { // no row: not granted
 		d.put(conn)
 		if req.Kind != fence.KindLock {
 			return nil, &fence.HeldError{Key: req.Key}
 		}
 		return nil, d.heldError(ctx, req.Key, lk.id)
 	}
-	return d.newClaim(conn, req, lk, token.Int64), nil
+	return d.newClaim(conn, req, lk, token), nil
 }
 
 // Acquire implements fence.BlockingAcquirer: it waits in the server
@@ -437,8 +435,8 @@ type sessionClaim struct {
 	id             int64
 	token          int64
 	*lossnote.Note // Lost and NotifyLost
-	// unlock is pg_advisory_unlock, or pg_advisory_unlock_shared for a
-	// reader.
+	// unlock is the statement that releases the lock:
+	// pg_advisory_unlock, or pg_advisory_unlock_shared for a reader.
 	unlock string
 
 	pendingWatch *delayq.Item // the watch's start, until it starts or is cancelled
@@ -585,7 +583,7 @@ func (c *sessionClaim) Release(ctx context.Context) error {
 		return c.sessionGone(errors.New("connection closed"))
 	}
 	var unlocked bool
-	err := c.conn.QueryRow(ctx, "SELECT "+c.unlock+"($1)", c.id).Scan(&unlocked)
+	err := c.conn.QueryRow(ctx, c.unlock, c.id).Scan(&unlocked)
 	c.d.mu.Lock()
 	delete(c.d.active, c)
 	c.d.mu.Unlock()
