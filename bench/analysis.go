@@ -39,17 +39,22 @@ milliseconds or hundreds of milliseconds.
 **PostgreSQL.** A plain ` + "`pg_advisory_lock`" + ` / ` + "`pg_advisory_unlock`" + ` pair
 through pgx (the pgx-advisory peer) issues no token: it writes nothing,
 and its server time is a couple of microseconds. A fencing token must be
-written and committed, which is what the two raw floors do (a row per key
-for lease mode; the advisory lock plus a counter bump in the same
-statement for session mode), so fence cannot be as fast as pgx-advisory
-and the honest comparison is with the raw floors. fence's statements also
-store the holder's metadata and acquisition time, and lease mode's acquire
-returns the current holder in the same round trip when the key is held;
-the server time row shows what that costs. In session mode a waiter waits
-in the server, exactly as pgx-advisory's does, and bumps the token in the
-same statement once the lock is granted, so a handoff costs one commit
-more than pgx-advisory's; lease mode's waiters wake on NOTIFY and retry,
-one round trip more again.
+written and committed, which is what the two raw floors do, with fence's
+token (greatest(counter + 1, the server's clock in µs), so that a counter
+set back by a failover to an asynchronous replica or a restored backup
+never issues an old token again): a row per key for lease mode; the
+advisory lock and a counter bump in the same statement for session mode.
+So fence cannot be as fast as pgx-advisory, and the honest comparison is
+with the raw floors. fence's statements also store the holder's metadata
+(jsonb, a few microseconds) and acquisition time, and session mode the
+holder's backend pid, which ` + "`Inspect`" + ` and ` + "`List`" + ` need. A refused
+try costs fence a second round trip to read the holder: returning it from
+the acquiring statement itself would cost every acquisition the setup of
+the extra plan nodes, about 10 µs. In session mode a waiter waits in the
+server, exactly as pgx-advisory's does, and bumps the token in the same
+statement once the lock is granted, so a handoff costs one commit more
+than pgx-advisory's; lease mode's waiters wake on NOTIFY and retry, one
+round trip more again.
 
 **etcd.** fence, etcd's own ` + "`concurrency.Mutex`" + ` and the raw floor all take one
 transaction to acquire and one to release, and etcd writes its log to disk
@@ -102,6 +107,16 @@ acquire + release):
   by about a quarter, to within a few percent of the raw floor's.
 - fencepg session mode waits and bumps the token in one statement, so a
   waiter holds the key one round trip sooner.
+- fencepg's statements lost what cost server time without buying a
+  guarantee: the CHECK (token > 0) constraints of the counter tables
+  (PostgreSQL builds a table's CHECK expressions anew in every statement
+  that writes it: about 8 µs per token bump; tokens are above 0 by
+  construction), and the CTEs and UNIONs around lease mode's acquire and
+  release and session mode's try (about 10 µs of executor setup each,
+  which ` + "`pg_stat_statements`" + ` does not count). Lease mode's acquire is now one
+  plain ` + "`INSERT .. ON CONFLICT .. RETURNING`" + ` and its release one
+  ` + "`UPDATE .. RETURNING pg_notify(..)`" + `; session mode tries the lock in the
+  WHERE of the token bump.
 - fenceetcd starts the watch on a holder's entry 100 ms after the grant
   (most short leases never need it; a deletion meanwhile is replayed), and
   its waiters no longer watch from a past revision, which had put 100 ms

@@ -63,7 +63,7 @@ func postgresContenders(dsn string) []Contender {
 				return &advisoryClient{pool: pool}, nil
 			}},
 		{Store: "postgres", Name: "raw-lease", Role: RoleRaw,
-			Desc: "one INSERT .. ON CONFLICT DO UPDATE .. RETURNING token + one UPDATE with pg_notify; waiters wake on LISTEN/NOTIFY",
+			Desc: "one INSERT .. ON CONFLICT DO UPDATE .. RETURNING token (greatest(token + 1, clock in µs), as fence's) + one UPDATE .. RETURNING pg_notify; waiters wake on LISTEN/NOTIFY",
 			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
 				pool, err := newPool(ctx, dsn, rt)
 				if err != nil {
@@ -72,7 +72,7 @@ func postgresContenders(dsn string) []Contender {
 				return &rawLeaseClient{pool: pool}, nil
 			}},
 		{Store: "postgres", Name: "raw-advisory", Role: RoleRaw,
-			Desc: "one statement: pg_advisory_lock + token bump (INSERT .. ON CONFLICT .. RETURNING), then pg_advisory_unlock; waiters wait in the server",
+			Desc: "one statement: pg_advisory_lock + token bump (INSERT .. ON CONFLICT .. RETURNING, greatest(token + 1, clock in µs)), then pg_advisory_unlock; waiters wait in the server",
 			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
 				pool, err := newPool(ctx, dsn, rt)
 				if err != nil {
@@ -151,12 +151,18 @@ type advisoryLocker struct {
 	tok   int64
 }
 
+// pgClock is the server's clock in microseconds. The raw floors issue
+// fence's token, greatest(counter + 1, pgClock), so that a counter that
+// goes back (a failover to an asynchronous replica, a restored backup)
+// never issues an old token again: the same job as fencepg's.
+const pgClock = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+
 // The raw floor of session mode: wait for the lock in the server, then
 // bump the token in the same statement (ON CONFLICT DO UPDATE sees the
 // latest committed counter, whatever the statement's snapshot).
 const rawAdvisoryLock = `WITH lk AS (SELECT pg_advisory_lock($2))
-	INSERT INTO raw_tokens AS t (key, token) SELECT $1, 1 FROM lk
-	ON CONFLICT (key) DO UPDATE SET token = t.token + 1
+	INSERT INTO raw_tokens AS t (key, token) SELECT $1, ` + pgClock + ` FROM lk
+	ON CONFLICT (key) DO UPDATE SET token = greatest(t.token + 1, ` + pgClock + `)
 	RETURNING t.token`
 
 func (a *advisoryLocker) Lock(ctx context.Context, key string) error {
@@ -200,12 +206,12 @@ func (a *advisoryLocker) Unlock(ctx context.Context) error {
 
 const (
 	rawLeaseAcquire = `INSERT INTO raw_leases AS l (key, owner, token, expires_at)
-		VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond')
-		ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, token = l.token + 1, expires_at = EXCLUDED.expires_at
+		VALUES ($1, $2, ` + pgClock + `, clock_timestamp() + $3::bigint * interval '1 millisecond')
+		ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, token = greatest(l.token + 1, ` + pgClock + `), expires_at = EXCLUDED.expires_at
 		WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp()
 		RETURNING l.token`
-	rawLeaseRelease = `WITH r AS (UPDATE raw_leases SET owner = NULL WHERE key = $1 AND owner = $2 RETURNING 1)
-		SELECT pg_notify('raw_leases', $1)::text FROM r`
+	rawLeaseRelease = `UPDATE raw_leases SET owner = NULL WHERE key = $1 AND owner = $2
+		RETURNING pg_notify('raw_leases', $1)::text`
 )
 
 type rawLeaseClient struct{ pool *pgxpool.Pool }
