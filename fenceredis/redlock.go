@@ -212,9 +212,10 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 	n := len(r.stores)
 
 	// Phase 1: take the lock and collect the proposed tokens. Once the
-	// attempt is abandoned, a server that grants it late lets go again.
+	// attempt is abandoned, or its lease released, a server that grants
+	// it late (after the quorum, as a slow server does) lets go again.
 	value := lockValue(attemptValue(req.Owner), req.Meta)
-	var abandoned atomic.Bool
+	abandoned := new(atomic.Bool)
 	got := gather(phaseCtx, deadline, &r.running, r.stores, func(ctx context.Context, s *Store) (reservation, error) {
 		res, err := s.reserve(ctx, req.Key, value, req.TTL)
 		if err == nil && res.ok && abandoned.Load() {
@@ -262,7 +263,7 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 		r.rollback(ctx, req, value)
 		return nil, fmt.Errorf("%w: acquire %q took %v, past the lease's validity", ErrNoQuorum, req.Key, elapsed)
 	}
-	return &redlockClaim{r: r, key: req.Key, value: value, token: token}, nil
+	return &redlockClaim{r: r, key: req.Key, value: value, token: token, abandoned: abandoned}, nil
 }
 
 func isTrue(b bool) bool { return b }
@@ -300,6 +301,10 @@ type redlockClaim struct {
 	key   string
 	value string // the attempt's lock value
 	token int64
+	// abandoned is set on release, so that a server whose grant of the
+	// acquisition arrives after the release lets go at once rather than
+	// hold the key until the TTL.
+	abandoned *atomic.Bool
 }
 
 func (c *redlockClaim) Token() int64 { return c.token }
@@ -325,6 +330,9 @@ func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 // released (the rest carry on in the background).
 func (c *redlockClaim) Release(ctx context.Context) error {
 	r, n := c.r, len(c.r.stores)
+	// Before the releases are sent: a late grant either sees the flag and
+	// lets go itself, or landed before this release reaches its server.
+	c.abandoned.Store(true)
 	got := gather(ctx, deadlineOf(ctx, time.Minute), &r.running, r.stores, func(ctx context.Context, s *Store) (bool, error) {
 		return notHeldIsFalse(s.release(ctx, c.key, c.value))
 	}, decided(n, r.quorum, isTrue))

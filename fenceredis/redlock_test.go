@@ -1,10 +1,13 @@
 package fenceredis
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/testserver"
@@ -340,4 +343,73 @@ func TestRedlockInspectNeedsQuorum(t *testing.T) {
 		t.Errorf("Inspect = %+v, %v; want owner %s token %d", h, err, l.Owner(), l.Token())
 	}
 	_ = l.Release(ctx)
+}
+
+// A server that grants an acquisition late, after the quorum did and the
+// lease was already released, lets go at once instead of holding the key
+// until the TTL. The third server's client delays every reservation, so
+// it arrives after the release has been there.
+func TestRedlockLateGrantAfterRelease(t *testing.T) {
+	ctx := testCtx(t)
+	srvs, _, r := redlockSetup(t, 3)
+	var cs []redis.UniversalClient
+	for _, srv := range srvs {
+		cs = append(cs, newClient(srv.Addr()))
+	}
+	const lag = 300 * time.Millisecond
+	cs[2].AddHook(delayScript{reserveScript.Hash(), lag})
+	rl, err := NewRedlock(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rl.Close()
+		for _, c := range cs {
+			c.Close()
+		}
+	})
+	c := mustClient(t, rl, fence.WithTTL(time.Minute))
+	n := lockNames(DefaultPrefix, "late")
+	l, err := c.TryAcquire(ctx, "late")
+	if err != nil {
+		t.Fatalf("TryAcquire with two of three servers prompt: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lag) // the late reservation lands
+	deadline := time.Now().Add(10 * time.Second)
+	for r.cs[2].Exists(ctx, n.lock).Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the late server still holds the released lease %v after its grant (TTL 1m)", 10*time.Second)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l2, err := c.TryAcquire(ctx, "late")
+	if err != nil {
+		t.Fatalf("TryAcquire after the release: %v", err)
+	}
+	_ = l2.Release(ctx)
+}
+
+// delayScript is a go-redis hook that holds back every EVALSHA of one
+// script for a while before sending it.
+type delayScript struct {
+	sha   string
+	delay time.Duration
+}
+
+func (h delayScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h delayScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[0] == "evalsha" && args[1] == h.sha {
+			time.Sleep(h.delay)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h delayScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
