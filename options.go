@@ -53,6 +53,15 @@ func defaultConfig() config {
 }
 
 func (c config) with(opts []Option) config {
+	if len(opts) == 0 {
+		// Nothing to change: no copy, and (options taking &c being in
+		// another function) no escape of c to the heap on every call.
+		return c
+	}
+	return c.apply(opts)
+}
+
+func (c config) apply(opts []Option) config {
 	// Copy the map so a call's options never change the Client's.
 	c.meta = maps.Clone(c.meta)
 	for _, o := range opts {
