@@ -53,6 +53,9 @@ func Append(b []byte, meta map[string]string) []byte {
 	return append(b, '}')
 }
 
+// AppendString appends s as a JSON string, as json.Marshal writes it.
+func AppendString(b []byte, s string) []byte { return appendJSONString(b, s) }
+
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
 // U+FFFD, as with encoding/json.
 func appendJSONString(b []byte, s string) []byte {

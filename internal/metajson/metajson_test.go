@@ -24,6 +24,14 @@ func TestEncodeIsJSON(t *testing.T) {
 		if got := Append([]byte("prefix"), m); string(got) != "prefix"+string(want) {
 			t.Errorf("Append(prefix, %q)\n got %s\nwant prefix%s", m, got, want)
 		}
+		for k, v := range m {
+			for _, s := range []string{k, v} {
+				want, _ := json.Marshal(s)
+				if got := AppendString(nil, s); string(got) != string(want) {
+					t.Errorf("AppendString(%q) = %s, want %s", s, got, want)
+				}
+			}
+		}
 	}
 	if got := Encode(nil); got != "" {
 		t.Errorf("Encode(nil) = %q, want empty", got)
