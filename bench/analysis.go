@@ -30,11 +30,13 @@ from one connection, interleaved with the raw floor's on a quiet machine,
 they took 14.1 µs per script where the raw floor's took 13.6. What
 remains between fence and "raw" is the client: the lease itself (its
 context and deadlines), an unguessable owner id and the holder's metadata
-(host, pid, acquisition time, encoded on every acquisition), about 10 µs
-of CPU per pair in a profile (the "client CPU" and allocation rows). On
-two cores that CPU also competes with the server, which is why the
-server time row, Redis's own clock around each command, shows fence
-further from "raw" than the scripts alone are. redsync and bsm/redislock issue no token at all, so on the
+(host, pid, acquisition time, encoded on every acquisition): the
+difference in the "client CPU" and allocation rows. A profile spreads it
+over many small pieces (the lease and its context, the metadata map and
+its JSON, the owner id, key validation, the key names), none more than a
+fifth of it. On two cores that CPU also competes with the server, which
+is why the server time row, Redis's own clock around each command, shows
+fence further from "raw" than the scripts alone are. redsync and bsm/redislock issue no token at all, so on the
 uncontended path their design wins by about the server time of one: the
 fence ÷ raw-incr ratio is about what it costs. Their waiting is where they
 lose: redsync retries after a random 50-250 ms and bsm/redislock after its
