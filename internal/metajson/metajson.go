@@ -16,7 +16,7 @@ func Encode(meta map[string]string) string {
 	if len(meta) == 0 {
 		return ""
 	}
-	b := Append(make([]byte, 0, Size(meta)), meta)
+	b := Append(nil, meta)
 	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
 }
 
@@ -30,25 +30,35 @@ func Size(meta map[string]string) int {
 	return size
 }
 
-// Append appends what Encode returns for meta to b.
+type pair struct{ k, v string }
+
+// Append appends what Encode returns for meta to b, growing b once for
+// all of it (unless escapes make it longer).
 func Append(b []byte, meta map[string]string) []byte {
 	if len(meta) == 0 {
 		return b
 	}
-	var small [8]string
-	keys := small[:0]
-	for k := range meta {
-		keys = append(keys, k)
+	// One pass over the map; metadata has a handful of keys, so the pairs
+	// stay on the stack and an insertion sort is the quickest.
+	var small [8]pair
+	ps := small[:0]
+	size := 2
+	for k, v := range meta {
+		ps = append(ps, pair{k, v})
+		size += len(k) + len(v) + 6
+		for i := len(ps) - 1; i > 0 && ps[i].k < ps[i-1].k; i-- {
+			ps[i], ps[i-1] = ps[i-1], ps[i]
+		}
 	}
-	slices.Sort(keys)
+	b = slices.Grow(b, size)
 	b = append(b, '{')
-	for i, k := range keys {
+	for i, p := range ps {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, k)
+		b = appendJSONString(b, p.k)
 		b = append(b, ':')
-		b = appendJSONString(b, meta[k])
+		b = appendJSONString(b, p.v)
 	}
 	return append(b, '}')
 }
@@ -56,12 +66,28 @@ func Append(b []byte, meta map[string]string) []byte {
 // AppendString appends s as a JSON string, as json.Marshal writes it.
 func AppendString(b []byte, s string) []byte { return appendJSONString(b, s) }
 
+// plain reports whether c stands for itself in a JSON string as
+// json.Marshal writes it: printable ASCII other than '"', '\\' and the
+// characters it escapes for HTML.
+func plain(c byte) bool {
+	return c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+}
+
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
 // U+FFFD, as with encoding/json.
 func appendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); {
+		// Copy the run of bytes that need no escape in one go.
+		j := i
+		for j < len(s) && plain(s[j]) {
+			j++
+		}
+		b = append(b, s[i:j]...)
+		if i = j; i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
