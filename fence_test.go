@@ -383,20 +383,37 @@ func TestWaitTimeoutReportsHolder(t *testing.T) {
 	}
 }
 
+// Owner ids never repeat, also when acquisitions run at once (each draws
+// from a pool of random generators).
 func TestOwnersAreUnique(t *testing.T) {
 	ctx := ctxT(t)
 	c := fence.New(fencemem.New())
-	seen := map[string]bool{}
-	for range 50 {
-		l, err := c.TryAcquire(ctx, "k", fence.WithOwner("same"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[l.Owner()] {
-			t.Fatalf("owner %q issued twice", l.Owner())
-		}
-		seen[l.Owner()] = true
-		l.Release(ctx)
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+		wg   sync.WaitGroup
+	)
+	for g := range 8 {
+		wg.Go(func() {
+			for range 200 {
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("k%d", g), fence.WithOwner("same"))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if seen[l.Owner()] {
+					t.Errorf("owner %q issued twice", l.Owner())
+				}
+				seen[l.Owner()] = true
+				mu.Unlock()
+				l.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != 8*200 {
+		t.Errorf("%d distinct owners; want %d", len(seen), 8*200)
 	}
 }
 
