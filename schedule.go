@@ -23,10 +23,10 @@ type schedule struct {
 	armed time.Time // when timer fires; zero when it is not set
 }
 
-// event is one deadline: at (or just after) at, unless removed first, f
-// runs on a goroutine of its own, or, if f is nil, lease's expire or
-// renewTick (a lease's events are fields of the Lease, so that scheduling
-// them allocates nothing).
+// event is one deadline: at (or just after) at, unless removed first,
+// lease's expire or renewTick runs on a goroutine of its own (a lease's
+// events are fields of the Lease, so that scheduling them allocates
+// nothing), or f if set (the schedule's tests use plain functions).
 type event struct {
 	at    time.Time
 	f     func()
@@ -44,13 +44,6 @@ func (e *event) run() {
 	default:
 		e.lease.expire()
 	}
-}
-
-// add schedules f to run at at.
-func (s *schedule) add(at time.Time, f func()) *event {
-	e := &event{f: f, index: -1}
-	s.put(e, at)
-	return e
 }
 
 // put schedules e, which is not scheduled now, for at.

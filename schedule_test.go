@@ -6,6 +6,13 @@ import (
 	"time"
 )
 
+// add schedules f to run at at.
+func (s *schedule) add(at time.Time, f func()) *event {
+	e := &event{f: f, index: -1}
+	s.put(e, at)
+	return e
+}
+
 func TestScheduleRunsDeadlinesInOrder(t *testing.T) {
 	var s schedule
 	var mu sync.Mutex

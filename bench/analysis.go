@@ -114,7 +114,9 @@ acquire + release):
   holder hash with its own expiry: four calls inside the acquire script
   instead of six, one key deleted on release instead of two, and the token
   comes back as an integer reply. Server time per acquire + release fell
-  by about a quarter, to within a few percent of the raw floor's.
+  by about a quarter; run alone, the scripts take within a few percent
+  of the raw floor's (the server time row also counts the server waiting
+  for a CPU the client is using).
 - fencepg session mode waits and bumps the token in one statement, so a
   waiter holds the key one round trip sooner.
 - fencepg's statements lost what cost server time without buying a

@@ -309,32 +309,10 @@ func (d *Driver) waitGone(ctx context.Context, s *session, key string, createRev
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := d.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.done:
-			return s.err()
-		case <-d.ctx.Done():
-			return errClosed
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				return nil // look again
-			}
-			if wr.Created {
-				resp, err := d.cli.Get(ctx, key)
-				if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
-					return nil // gone already, or look again
-				}
-				continue
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return nil
-				}
-			}
-		}
-	}
+	return d.awaitDelete(ctx, s, wch, func() bool {
+		resp, err := d.cli.Get(ctx, key)
+		return err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev
+	})
 }
 
 // waitDeleted waits until key (or, with clientv3.WithPrefix, a key under
@@ -344,17 +322,31 @@ func (d *Driver) waitDeleted(ctx context.Context, s *session, key string, from i
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := d.cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(from), clientv3.WithFilterPut()}, opts...)...)
+	return d.awaitDelete(ctx, s, wch, nil)
+}
+
+// awaitDelete returns once wch reports a deletion, breaks (the caller
+// looks again), or the wait ends (ctx, the session, the Driver). If the
+// watch was made WithCreatedNotify, once it is in place it asks gone
+// whether the deletion happened before, and returns if so.
+func (d *Driver) awaitDelete(ctx context.Context, s *session, wch clientv3.WatchChan, gone func() bool) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.done:
+		case <-s.ended.Done():
 			return s.err()
 		case <-d.ctx.Done():
 			return errClosed
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
 				return nil // look again
+			}
+			if wr.Created {
+				if gone != nil && gone() {
+					return nil // gone already, or look again
+				}
+				continue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {

@@ -23,9 +23,9 @@ type session struct {
 	mu    sync.Mutex
 	until time.Time // the lease lives in etcd at least until then (monotonic)
 	cause error     // why it ended; nil while it lives
-	done  chan struct{}
 
-	// ended is cancelled when done is closed, for context.AfterFunc.
+	// ended is cancelled when the session ends (waiters select on its
+	// Done; claims hang context.AfterFunc on it).
 	ended  context.Context
 	endNow context.CancelFunc
 
@@ -118,7 +118,7 @@ func (d *Driver) sessionFor(ctx context.Context, ttl time.Duration) (*session, e
 		return nil, fmt.Errorf("grant session lease: %w", err)
 	}
 	granted := time.Duration(resp.TTL) * time.Second
-	s := &session{d: d, key: k, id: resp.ID, ttl: granted, until: sent.Add(granted), done: make(chan struct{})}
+	s := &session{d: d, key: k, id: resp.ID, ttl: granted, until: sent.Add(granted)}
 	s.ended, s.endNow = context.WithCancel(context.Background())
 	d.sessions[k] = s
 	d.wg.Add(1)
@@ -147,7 +147,6 @@ func (s *session) end(cause error) {
 		return
 	}
 	s.cause = cause
-	close(s.done)
 	s.endNow()
 	s.mu.Unlock()
 	s.d.mu.Lock()
@@ -208,7 +207,7 @@ func (s *session) keep() {
 		case <-s.d.ctx.Done():
 			s.end(errClosed)
 			continue
-		case <-s.done:
+		case <-s.ended.Done():
 			continue
 		case <-timer.C:
 		}

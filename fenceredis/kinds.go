@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/metajson"
 )
 
 // Semaphores and reader-writer locks (Store only; Redlock does neither).
@@ -259,7 +260,7 @@ func (n kindNames) keys() []string {
 // script.
 func (s *Store) acquireKind(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	n := s.kindNames(req.Key, req.Kind)
-	args := []any{req.Owner, ms(req.TTL), ms(req.TTL + s.retention), encodeMeta(req.Meta)}
+	args := []any{req.Owner, ms(req.TTL), ms(req.TTL + s.retention), metajson.Encode(req.Meta)}
 	var script *redis.Script
 	switch req.Kind {
 	case fence.KindSemaphore:

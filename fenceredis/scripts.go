@@ -166,9 +166,6 @@ func granted(key string, reply any) (token int64, holder fence.Holder, ok bool, 
 	return token, holder, true, nil
 }
 
-// encodeMeta is meta as JSON, or "" if there is none.
-func encodeMeta(meta map[string]string) string { return metajson.Encode(meta) }
-
 // parseHolder parses heldReply. held is false if the lock is free.
 func parseHolder(key string, vals []any) (h fence.Holder, held bool, err error) {
 	if len(vals) != 4 {
