@@ -306,17 +306,12 @@ const cancelEvery = 100 * time.Millisecond
 // frees it, and never reuses it: a cancel request may still be on its
 // way).
 func waitLock(ctx context.Context, conn *pgx.Conn, wait func() error) error {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	cancelled := false
-	go func() {
-		defer close(done)
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-		}
-		cancelled = true
+	// The canceller runs only if ctx ends: a wait that is granted costs
+	// no goroutine, and no scheduling hop before Acquire returns.
+	ended := make(chan struct{})
+	cancelDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelDone)
 		grace := time.NewTimer(cancelGrace)
 		defer grace.Stop()
 		tick := time.NewTicker(cancelEvery)
@@ -326,21 +321,21 @@ func waitLock(ctx context.Context, conn *pgx.Conn, wait func() error) error {
 			_ = conn.PgConn().CancelRequest(cctx)
 			cancel()
 			select {
-			case <-stop:
+			case <-ended:
 				return
 			case <-grace.C:
 				// The server did not end the wait: cut the connection.
 				_ = conn.PgConn().Conn().SetDeadline(time.Now())
-				<-stop
+				<-ended
 				return
 			case <-tick.C:
 			}
 		}
-	}()
+	})
 	err := wait()
-	close(stop)
-	<-done
-	if cancelled {
+	close(ended)
+	if !stop() { // the canceller ran, or runs
+		<-cancelDone
 		return ctx.Err()
 	}
 	return err
