@@ -119,19 +119,20 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release implements fence.Claim: it deletes the entry only if it still
-// has this claim's create revision.
+// Release implements fence.Claim: one plain Delete of the entry. No
+// comparison is needed: the entry's name belongs to this claim alone until
+// Release gives it back (session.takeSlot: the session's lease id and a
+// number no other live claim of the session has), so the name can only be
+// this acquisition's entry or nothing. A Delete that deletes nothing means
+// the entry was already gone: the lease had been lost.
 func (c *claim) Release(ctx context.Context) error {
 	defer c.stopWatch()
-	resp, err := c.d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(c.name), "=", c.rev)).
-		Then(clientv3.OpDelete(c.name)).
-		Commit()
+	resp, err := c.d.cli.Delete(ctx, c.name)
 	if err != nil {
 		return fmt.Errorf("fenceetcd: release %q: %w", c.key, err)
 	}
 	c.s.freeSlot(c.prefix, c.slot) // deleted now, or gone already
-	if !resp.Succeeded {
+	if resp.Deleted == 0 {
 		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
 	}
 	return nil

@@ -25,8 +25,9 @@
 //     its entry.
 //   - Extend checks, in one transaction, that our entry still exists with
 //     our create revision, after making sure the session lease is known to
-//     live for at least the TTL; Release deletes the entry under the same
-//     comparison. Neither touches another owner's entry.
+//     live for at least the TTL; Release deletes the entry, a plain Delete
+//     (its name is this acquisition's alone until then). Neither touches
+//     another owner's entry.
 //   - A lease is lost when its session lease expires or is revoked, or when
 //     its entry disappears (an operator deleted it): the claim reports it
 //     (fence.LossNotifier) at once when the session's keepalive finds it
