@@ -34,6 +34,7 @@ func New(drv Driver, opts ...Option) *Client {
 		panic("fence: New with nil Driver")
 	}
 	cfg := defaultConfig().with(opts)
+	cfg.client = true
 	c := &Client{drv: drv, cfg: cfg, obs: newObserver(drv, cfg), leases: make(map[*Lease]struct{})}
 	c.obs.watchLeases(c)
 	return c
@@ -132,12 +133,14 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 	if err := c.checkOpen(key); err != nil {
 		return nil, err
 	}
-	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta),
+	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta, start),
 		Kind: tgt.kind, Limit: tgt.limit}
 
 	// The first attempt is the same for every store and every mode: one
-	// try, which is the whole uncontended path.
-	sent := time.Now()
+	// try, which is the whole uncontended path. Its validity is measured
+	// from start, a few microseconds before the request is sent: earlier
+	// is the safe side, and it spares a clock read.
+	sent := start
 	claim, err := c.drv.TryAcquire(spanCtx, req)
 	if err == nil {
 		l, err = c.grant(ctx, cfg, req, claim, sent)
@@ -173,8 +176,8 @@ var errWaitTimeout = errors.New("fence: wait timeout")
 // acquireBlocking waits inside a driver whose store queues waiters.
 func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg config, req Request, held *HeldError) (*Lease, error) {
 	for {
-		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta)
 		sent := time.Now()
+		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta, sent)
 		claim, err := b.Acquire(waitCtx, req)
 		if err != nil {
 			if waitCtx.Err() != nil {
@@ -267,8 +270,8 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Re
 			timer.Stop()
 		}
 
-		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta)
 		sent := time.Now()
+		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta, sent)
 		claim, err := c.drv.TryAcquire(waitCtx, req)
 		if err == nil {
 			l, err := c.grant(ctx, cfg, req, claim, sent)
@@ -334,15 +337,16 @@ func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim
 		c.releaseQuietly(claim, cfg)
 		return nil, fmt.Errorf("fence: acquire %q: driver returned invalid token %d", req.Key, tok)
 	}
-	if !time.Now().Before(validUntil) {
+	now := time.Now()
+	if !now.Before(validUntil) {
 		c.releaseQuietly(claim, cfg)
 		cfg.logger.Warn("fence: acquire reply arrived after the lease's validity ended; not held",
 			"key", req.Key, "token", claim.Token(), "elapsed", time.Since(sent))
 		return nil, &LostError{Key: req.Key, Token: claim.Token(), Reason: LossExpired, Err: errLateReply}
 	}
-	l := newLease(c, cfg, req, claim, validUntil, ctx)
+	l := newLease(c, cfg, req, claim, validUntil, now, ctx)
 	c.obs.granted(ctx, l)
-	l.start()
+	l.start(now)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -421,14 +425,14 @@ var (
 )
 
 // holderMeta returns the metadata of one acquisition attempt: the
-// caller's, plus "host", "pid" and "acquired_at" (now, RFC 3339, on this
-// machine's clock: for people to read, never for validity) unless the
-// caller set them.
-func holderMeta(user map[string]string) map[string]string {
+// caller's, plus "host", "pid" and "acquired_at" (now, the attempt's
+// start, RFC 3339, on this machine's clock: for people to read, never for
+// validity) unless the caller set them.
+func holderMeta(user map[string]string, now time.Time) map[string]string {
 	m := make(map[string]string, len(user)+3)
 	m["host"] = hostname
 	m["pid"] = pidString
-	m["acquired_at"] = time.Now().UTC().Format(time.RFC3339Nano)
+	m["acquired_at"] = now.UTC().Format(time.RFC3339Nano)
 	for k, v := range user {
 		m[k] = v
 	}

@@ -573,3 +573,35 @@ func TestBlockingWaitLongerThanTTLIsConfirmedByExtend(t *testing.T) {
 	}
 	_ = l2.Release(ctx)
 }
+
+// A call's options belong to that call's lease alone: a lease made with
+// the Client's settings shares them, one made with its own keeps its own,
+// and neither changes the other or the Client.
+func TestCallOptionsStayWithTheirLease(t *testing.T) {
+	ctx := context.Background()
+	c := fence.New(fencemem.New(), fence.WithTTL(time.Minute))
+	own, err := c.Acquire(ctx, "own", fence.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Release(ctx)
+	shared, err := c.Acquire(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Release(ctx)
+	if got := own.TTL(); got != 2*time.Second {
+		t.Errorf("lease acquired WithTTL(2s): TTL %v", got)
+	}
+	if got := shared.TTL(); got != time.Minute {
+		t.Errorf("lease acquired with the Client's settings: TTL %v, want the Client's 1m", got)
+	}
+	again, err := c.TryAcquire(ctx, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Release(ctx)
+	if got := again.TTL(); got != time.Minute {
+		t.Errorf("a later lease: TTL %v, want the Client's 1m (a call's option leaked into the Client)", got)
+	}
+}

@@ -24,7 +24,7 @@ import (
 // A Lease is safe for concurrent use.
 type Lease struct {
 	c        *Client
-	cfg      config
+	cfg      *config // the Client's, or the call's if its options changed it
 	key      string
 	owner    string
 	token    int64
@@ -61,15 +61,20 @@ type Lease struct {
 	countedHeld bool
 }
 
-func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.Time, ctx context.Context) *Lease {
+func newLease(c *Client, cfg config, req Request, claim Claim, validUntil, now time.Time, ctx context.Context) *Lease {
+	lcfg := &c.cfg
+	if !cfg.client {
+		lcfg = new(config)
+		*lcfg = cfg
+	}
 	l := &Lease{
 		c:          c,
-		cfg:        cfg,
+		cfg:        lcfg,
 		key:        req.Key,
 		owner:      req.Owner,
 		token:      claim.Token(),
 		claim:      claim,
-		acquired:   time.Now(),
+		acquired:   now,
 		validUntil: validUntil,
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -78,15 +83,15 @@ func newLease(c *Client, cfg config, req Request, claim Claim, validUntil time.T
 
 // start schedules the end of the lease's validity and, unless
 // WithoutRenewal, its first renewal; a session-bound lease also gets the
-// goroutine that watches its session.
-func (l *Lease) start() {
+// goroutine that watches its session. now is the time of the grant.
+func (l *Lease) start(now time.Time) {
 	l.mu.Lock()
 	l.expiryEv = event{lease: l, index: -1}
 	l.renewEv = event{lease: l, renew: true, index: -1}
 	l.expiry = &l.expiryEv
 	l.c.sched.put(l.expiry, l.validUntil)
 	if !l.cfg.noRenew {
-		l.c.sched.put(&l.renewEv, time.Now().Add(l.cfg.renewInterval()))
+		l.c.sched.put(&l.renewEv, now.Add(l.cfg.renewInterval()))
 	}
 	sc, session := l.claim.(SessionClaim)
 	ln, notifies := l.claim.(LossNotifier)
@@ -257,7 +262,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	l.waitRenewals()
-	start := time.Now()
+	var start time.Time // read only for a release span
+	if l.c.obs.tracing() {
+		start = time.Now()
+	}
 	err := l.releaseClaim(ctx)
 	var reason LossReason
 	switch {

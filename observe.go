@@ -413,7 +413,10 @@ func (o *observer) ended(ctx context.Context, l *Lease, reason LossReason) {
 	}
 }
 
+// released records a release that started at start (zero if no span
+// could record then).
 func (o *observer) released(ctx context.Context, l *Lease, err error, start time.Time) {
+	now := time.Now()
 	outcome := "ok"
 	switch {
 	case errors.Is(err, ErrLost):
@@ -425,6 +428,9 @@ func (o *observer) released(ctx context.Context, l *Lease, err error, start time
 		o.releases.Add(ctx, 1, o.attrs(l.key, attribute.String("outcome", outcome)))
 	}
 	if o.tracing() {
+		if start.IsZero() { // an SDK installed during the release
+			start = now
+		}
 		_, span := o.tracer.Start(ctx, "fence.release", trace.WithTimestamp(start), spanClient)
 		if span.IsRecording() {
 			span.SetAttributes(o.store, attribute.String("fence.key", l.key), attribute.Int64("fence.token", l.token),
@@ -439,7 +445,7 @@ func (o *observer) released(ctx context.Context, l *Lease, err error, start time
 
 	// The "TTL shorter than the work" anti-pattern: renewal hides it until
 	// a pause longer than the TTL lets a second holder in.
-	held := time.Since(l.acquired)
+	held := now.Sub(l.acquired)
 	if held <= l.cfg.ttl {
 		return
 	}

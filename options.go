@@ -41,6 +41,12 @@ type config struct {
 	holdAtLeast time.Duration
 	err         error // first invalid option
 
+	// client marks the Client's own settings, unchanged by a call's
+	// options: a lease made with them points at the Client's copy instead
+	// of carrying one (apply clears it; so must anything else that
+	// changes a copy).
+	client bool
+
 	// Read by New only.
 	meterProvider  metric.MeterProvider
 	tracerProvider trace.TracerProvider
@@ -64,6 +70,7 @@ func (c config) with(opts []Option) config {
 func (c config) apply(opts []Option) config {
 	// Copy the map so a call's options never change the Client's.
 	c.meta = maps.Clone(c.meta)
+	c.client = false
 	for _, o := range opts {
 		if o != nil {
 			o(&c)

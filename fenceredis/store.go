@@ -116,7 +116,8 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	// The claim's names and keys are made once, for this attempt and for
 	// every later extend and the release.
 	c := &claim{s: s, n: s.names(req.Key), key: req.Key, value: lockValue(req.Owner, req.Meta)}
-	c.keys = c.n.keys()
+	c.keyArr = [2]string{c.n.lock, c.n.counter}
+	c.keys = c.keyArr[:] // in the claim's own allocation
 	reply, err := acquireScript.Run(ctx, s.rdb, c.keys,
 		c.value, ms(req.TTL), ms(req.TTL+s.retention)).Result()
 	if err != nil {
@@ -134,12 +135,13 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 }
 
 type claim struct {
-	s     *Store
-	n     names
-	keys  []string // n.keys()
-	key   string
-	value string // the lock's value: lockValue(owner, meta)
-	token int64
+	s      *Store
+	n      names
+	keys   []string // n.keys(), backed by keyArr
+	keyArr [2]string
+	key    string
+	value  string // the lock's value: lockValue(owner, meta)
+	token  int64
 }
 
 func (c *claim) Token() int64 { return c.token }
