@@ -43,8 +43,7 @@ type config struct {
 
 	// client marks the Client's own settings, unchanged by a call's
 	// options: a lease made with them points at the Client's copy instead
-	// of carrying one (apply clears it; so must anything else that
-	// changes a copy).
+	// of carrying one. apply clears it: change a copy only through apply.
 	client bool
 
 	// Read by New only.

@@ -87,8 +87,7 @@ func (p *Partitions) Run(ctx context.Context, work func(ctx context.Context, par
 	}
 	cfg := p.c.cfg.with(p.opts)
 	if cfg.ownerPrefix == "" {
-		cfg.ownerPrefix = "w" + newOwnerID("")[:12]
-		cfg.client = false // no longer the Client's settings
+		cfg = cfg.apply([]Option{WithOwner("w" + newOwnerID("")[:12])})
 	}
 	if err := cfg.validate(p.memberKey(0)); err != nil {
 		return err

@@ -65,8 +65,9 @@ than pgx-advisory's; lease mode's waiters wake on NOTIFY and retry, one
 round trip more again.
 
 **etcd.** fence, etcd's own ` + "`concurrency.Mutex`" + ` and the raw floor all take one
-transaction to acquire and one to release, and etcd writes its log to disk
-for each, which dominates. Waiting is where they differ. etcd's Mutex
+transaction to acquire and one write to release (a Delete for fence and the
+Mutex, a compare-and-delete transaction for the raw floor), and etcd writes
+its log to disk for each, which dominates. Waiting is where they differ. etcd's Mutex
 watches its predecessor from a revision in the past; etcd serves such a
 watch from a loop that catches up every 100 ms, so its handoffs often wait
 for that loop (see its 1-waiter median). fence's waiters watch from the
