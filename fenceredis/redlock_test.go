@@ -263,6 +263,10 @@ func TestRedlockExtendNeedsQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The acquisition returns on a quorum; a slower server's call may
+	// still be on its way, and would set the key again after the Del.
+	running := &c.Driver().(*Redlock).running
+	running.Wait()
 	n := lockNames(DefaultPrefix, "k")
 	if err := r.cs[0].Del(ctx, n.lock).Err(); err != nil {
 		t.Fatal(err)
@@ -270,6 +274,7 @@ func TestRedlockExtendNeedsQuorum(t *testing.T) {
 	if err := l.Renew(ctx); err != nil {
 		t.Fatalf("Renew with the lock on two of three servers: %v", err)
 	}
+	running.Wait()
 	if err := r.cs[1].Del(ctx, n.lock).Err(); err != nil {
 		t.Fatal(err)
 	}
