@@ -135,6 +135,10 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 	}
 	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta, start),
 		Kind: tgt.kind, Limit: tgt.limit}
+	blocking, _ := c.drv.(BlockingAcquirer)
+	// A waiter that will wait in the driver needs no holder from its try
+	// (waitEnded reads it if the wait times out), unless a span records it.
+	req.SkipHolder = wait && blocking != nil && !span.IsRecording()
 
 	// The first attempt is the same for every store and every mode: one
 	// try, which is the whole uncontended path. Its validity is measured
@@ -165,8 +169,9 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 		waitCtx, cancel = context.WithTimeoutCause(spanCtx, cfg.wait, errWaitTimeout)
 		defer cancel()
 	}
-	if b, ok := c.drv.(BlockingAcquirer); ok {
-		return c.acquireBlocking(ctx, waitCtx, b, cfg, req, held)
+	if blocking != nil {
+		req.SkipHolder = false
+		return c.acquireBlocking(ctx, waitCtx, blocking, cfg, req, held)
 	}
 	return c.acquirePolling(ctx, waitCtx, cfg, req, held)
 }
@@ -303,7 +308,7 @@ func (c *Client) waitEnded(ctx, waitCtx context.Context, req Request, held *Held
 	if context.Cause(waitCtx) != errWaitTimeout {
 		return fmt.Errorf("fence: acquire %q: %w", key, context.Cause(waitCtx))
 	}
-	if held == nil {
+	if held == nil || held.Holder == nil {
 		held = &HeldError{Key: key}
 		if req.Kind == KindLock {
 			if h, err := c.Inspect(ctx, key); err == nil {

@@ -56,6 +56,12 @@ type Request struct {
 	Kind Kind
 	// Limit is, for KindSemaphore, how many holders the key admits at once.
 	Limit int
+	// SkipHolder tells TryAcquire that the caller has no use for
+	// HeldError.Holder: it is about to wait in the driver's Acquire
+	// (BlockingAcquirer), and reads the holder itself if the wait ends
+	// without the key. A driver that learns the holder only by a read of
+	// its own may then leave Holder nil; it still returns a *HeldError.
+	SkipHolder bool
 }
 
 // Kind is what an acquisition takes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -604,4 +605,114 @@ func TestCallOptionsStayWithTheirLease(t *testing.T) {
 	if got := again.TTL(); got != time.Minute {
 		t.Errorf("a later lease: TTL %v, want the Client's 1m (a call's option leaked into the Client)", got)
 	}
+}
+
+// skipping is a BlockingAcquirer over a fencemem.Store that reads the
+// holder only when asked to, as a driver whose holder costs a read of its
+// own does, and records what each try was asked.
+type skipping struct {
+	*fencemem.Store
+	mu    sync.Mutex
+	tries []bool // SkipHolder of each TryAcquire
+	waits []bool // SkipHolder of each Acquire
+}
+
+func (s *skipping) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	s.mu.Lock()
+	s.tries = append(s.tries, req.SkipHolder)
+	s.mu.Unlock()
+	c, err := s.Store.TryAcquire(ctx, req)
+	var held *fence.HeldError
+	if errors.As(err, &held) && req.SkipHolder {
+		return nil, &fence.HeldError{Key: req.Key}
+	}
+	return c, err
+}
+
+// Acquire waits until ctx ends: the key never comes free in these tests.
+func (s *skipping) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	s.mu.Lock()
+	s.waits = append(s.waits, req.SkipHolder)
+	s.mu.Unlock()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (s *skipping) asked() (tries, waits []bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tries, waits = s.tries, s.waits
+	s.tries, s.waits = nil, nil
+	return tries, waits
+}
+
+// A try that precedes a wait in a blocking driver does not ask for the
+// holder; a wait that times out still names the holder, read when it
+// ends. A plain try, a polling driver's try and a traced acquisition
+// (whose span records the holder's token) still ask.
+func TestWaitingTrySkipsTheHolder(t *testing.T) {
+	ctx := ctxT(t)
+	st := fencemem.New()
+	holder := fence.New(st, fence.WithTTL(time.Minute))
+	l, err := holder.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+
+	checkHeld := func(what string, err error) {
+		t.Helper()
+		var held *fence.HeldError
+		switch {
+		case !errors.As(err, &held):
+			t.Errorf("%s: %v; want a *HeldError", what, err)
+		case held.Holder == nil:
+			t.Errorf("%s: %v names no holder", what, err)
+		case held.Holder.Owner != l.Owner() || held.Holder.Token != l.Token():
+			t.Errorf("%s: holder owner %q token %d; want %q %d", what, held.Holder.Owner, held.Holder.Token, l.Owner(), l.Token())
+		}
+	}
+
+	drv := &skipping{Store: st}
+	c := fence.New(drv, fence.WithTTL(time.Minute))
+	_, err = c.Acquire(ctx, "k", fence.WithWait(50*time.Millisecond))
+	checkHeld("Acquire WithWait on a held key", err)
+	if tries, waits := drv.asked(); !slices.Equal(tries, []bool{true}) || !slices.Equal(waits, []bool{false}) {
+		t.Errorf("a waiting Acquire asked tries SkipHolder %v, waits %v; want [true], [false]", tries, waits)
+	}
+
+	_, err = c.TryAcquire(ctx, "k")
+	checkHeld("TryAcquire on a held key", err)
+	if tries, _ := drv.asked(); !slices.Equal(tries, []bool{false}) {
+		t.Errorf("TryAcquire asked SkipHolder %v; want [false]", tries)
+	}
+
+	tel := newTelemetry(t)
+	traced := fence.New(drv, append(tel.options(), fence.WithTTL(time.Minute))...)
+	_, err = traced.Acquire(ctx, "k", fence.WithWait(50*time.Millisecond))
+	checkHeld("traced Acquire WithWait on a held key", err)
+	if tries, _ := drv.asked(); !slices.Equal(tries, []bool{false}) {
+		t.Errorf("a traced waiting Acquire asked SkipHolder %v; want [false]", tries)
+	}
+
+	// A polling driver sleeps until the holder's expiry: it needs the
+	// holder from every try.
+	polling := &pollingOnly{drv}
+	p := fence.New(polling, fence.WithTTL(time.Minute))
+	_, err = p.Acquire(ctx, "k", fence.WithWait(50*time.Millisecond))
+	checkHeld("polling Acquire WithWait on a held key", err)
+	if tries, _ := drv.asked(); len(tries) == 0 || slices.Contains(tries, true) {
+		t.Errorf("a polling driver's tries asked SkipHolder %v; want all false", tries)
+	}
+}
+
+// pollingOnly hides skipping's Acquire.
+type pollingOnly struct{ s *skipping }
+
+func (p *pollingOnly) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	return p.s.TryAcquire(ctx, req)
+}
+
+func (p *pollingOnly) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+	return p.s.Inspect(ctx, key)
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,5 +270,85 @@ func TestSessionWaitUnderRepeatableRead(t *testing.T) {
 	}
 	if !(tokens[0] < tokens[1] && tokens[1] < tokens[2]) {
 		t.Fatalf("tokens %v, want strictly increasing", tokens)
+	}
+}
+
+// statements records the SQL of every query on the connections of a pool
+// (fencepg's dedicated connections copy the pool's config, tracer included).
+type statements struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	s.sql = append(s.sql, data.SQL)
+	s.mu.Unlock()
+	return ctx
+}
+
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// take returns the statements since the last take.
+func (s *statements) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sql := s.sql
+	s.sql = nil
+	return sql
+}
+
+// A session-mode try that precedes a wait (Request.SkipHolder) does not
+// read the holder: that read joins pg_locks, which takes every lock
+// partition of the server, and with many waiters queued it slowed every
+// handoff several times over. A plain try still names the holder.
+func TestSessionTrySkipsHolderRead(t *testing.T) {
+	srv, _ := server(t)
+	cfg, err := pgxpool.ParseConfig(srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen statements
+	cfg.ConnConfig.Tracer = &seen
+	ctx := context.Background()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := fencepg.NewSessionDriver(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	c := fence.New(d, fence.WithTTL(10*time.Second))
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	l, err := c.Acquire(ctx, "skip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+
+	readsHolder := func(sql []string) bool {
+		return slices.ContainsFunc(sql, func(q string) bool { return strings.Contains(q, "pg_locks") })
+	}
+	req := fence.Request{Key: "skip", Owner: "other", TTL: 10 * time.Second, SkipHolder: true}
+	seen.take()
+	_, err = d.TryAcquire(ctx, req)
+	var held *fence.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("TryAcquire with SkipHolder on a held key: %v; want a *HeldError", err)
+	}
+	if sql := seen.take(); readsHolder(sql) {
+		t.Errorf("TryAcquire with SkipHolder read the holder: %q", sql)
+	}
+
+	req.SkipHolder = false
+	_, err = d.TryAcquire(ctx, req)
+	if !errors.As(err, &held) || held.Holder == nil || held.Holder.Token != l.Token() {
+		t.Fatalf("TryAcquire on a held key: %v; want a *HeldError naming the holder (token %d)", err, l.Token())
+	}
+	if sql := seen.take(); !readsHolder(sql) {
+		t.Errorf("TryAcquire named the holder without reading pg_locks? statements %q", sql)
 	}
 }

@@ -38,7 +38,8 @@
 //     entry.
 //   - MutualExclusionProcesses: the same across several OS processes.
 //   - WaitWakes: a waiting Acquire gets the key after its release.
-//   - WaitTimeout: WithWait ends a wait with a *HeldError.
+//   - WaitTimeout: WithWait ends a wait with a *HeldError, naming the
+//     holder where the driver can Inspect.
 //   - CancelledWait: a cancelled wait returns the context's error and
 //     leaves nothing behind (the next contender gets the key at once).
 //   - LocalValidity: without renewal, a lease is lost locally no earlier
@@ -562,6 +563,17 @@ func (s *suite) waitTimeout(t *testing.T) {
 	}
 	if elapsed < wait || elapsed > wait+s.slack() {
 		t.Errorf("Acquire with a %v wait timeout returned after %v", wait, elapsed)
+	}
+	// The holder is named even where the try before the wait skipped it
+	// (Request.SkipHolder).
+	var held *fence.HeldError
+	if _, ok := a.Driver().(fence.Inspector); ok && errors.As(err, &held) {
+		if held.Holder == nil {
+			t.Errorf("HeldError.Holder after a wait timeout is nil, though the driver can Inspect")
+		} else if held.Holder.Owner != l.Owner() || held.Holder.Token != l.Token() {
+			t.Errorf("HeldError.Holder after a wait timeout = owner %q token %d; want owner %q token %d",
+				held.Holder.Owner, held.Holder.Token, l.Owner(), l.Token())
+		}
 	}
 }
 

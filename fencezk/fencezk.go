@@ -291,7 +291,10 @@ func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	}
 	d.abandon(path)
 	held := &fence.HeldError{Key: req.Key}
-	if h, err := d.holder(ctx, req.Key, parentOf(path)); err == nil && req.Kind != fence.KindSemaphore {
+	if req.Kind == fence.KindSemaphore || req.SkipHolder {
+		return nil, held
+	}
+	if h, err := d.holder(ctx, req.Key, parentOf(path)); err == nil {
 		held.Holder = &h
 	}
 	return nil, held
