@@ -36,7 +36,15 @@ over many small pieces (the lease and its context, the metadata map and
 its JSON, the owner id, key validation, the key names), none more than a
 fifth of it. On two cores that CPU also competes with the server, which
 is why the server time row, Redis's own clock around each command, shows
-fence further from "raw" than the scripts alone are. redsync and bsm/redislock issue no token at all, so on the
+fence further from "raw" than the scripts alone are. The 1-client p50 is
+the least steady figure on this machine: single pairs fall into two
+modes, about 55 µs and about 130 µs, and which one the median lands in
+moved fence ÷ raw between 1.1x and 1.45x over five runs of the same code
+(1.10, 1.15, 1.17, 1.30, 1.45; client CPU between 1.1x and 1.5x). Run one after another with
+` + "`go test -bench 'AcquireRelease/redis' -benchmem`" + ` (30000 pairs each), fence
+took 163 µs a pair, raw 155 and bsm/redislock 171, and a CPU profile of
+fence against raw put about 8 µs a pair of extra client time in many
+small pieces, the largest the metadata's JSON (about 1.3 µs). redsync and bsm/redislock issue no token at all, so on the
 uncontended path their design wins by about the server time of one: the
 fence ÷ raw-incr ratio is about what it costs. Their waiting is where they
 lose: redsync retries after a random 50-250 ms and bsm/redislock after its
@@ -58,7 +66,9 @@ with the raw floors. fence's statements also store the holder's metadata
 holder's backend pid, which ` + "`Inspect`" + ` and ` + "`List`" + ` need. A refused
 try costs fence a second round trip to read the holder: returning it from
 the acquiring statement itself would cost every acquisition the setup of
-the extra plan nodes, about 10 µs. In session mode a waiter waits in the
+the extra plan nodes, about 10 µs. A try that precedes a wait in session
+mode skips that read (see below: it joins ` + "`pg_locks`" + `, which cost every
+handoff dearly with many waiters queued). In session mode a waiter waits in the
 server, exactly as pgx-advisory's does, and bumps the token in the same
 statement once the lock is granted, so a handoff costs one commit more
 than pgx-advisory's; lease mode's waiters wake on NOTIFY and retry, one
@@ -141,6 +151,13 @@ acquire + release):
   busy key got slower with every acquisition (before the change, 8 clients
   managed about 2000 acquire + release pairs a second where etcd's Mutex
   and the raw floor managed 3500).
+- A try that precedes a wait in a blocking driver no longer reads the
+  holder (` + "`fence.Request.SkipHolder`" + `; a wait that times out reads it
+  then). fencepg session mode's holder read joins ` + "`pg_locks`" + `, which takes
+  each of the server's lock partitions in turn; every handoff made the
+  released holder try again and read it, and with 32 waiters queued
+  fence-session's handoff median was 9.2 ms where raw-advisory's was 1.5
+  (1.4 ms after the change, in the same kind of side-by-side run).
 - fencepg session mode starts reading a lease's idle connection 100 ms
   after the grant (or at its first renewal), for the same reason as the
   etcd watch: a connection that ended meanwhile is reported as soon as the
