@@ -209,6 +209,17 @@ func TestAdvisoryIDStable(t *testing.T) {
 // taken before the wait. Under a default isolation stricter than READ
 // COMMITTED the bump then fails with a serialization error; the driver
 // bumps again in a statement of its own and the tokens still grow.
+// poolFrom opens a pool from cfg, closed when t ends.
+func poolFrom(t *testing.T, cfg *pgxpool.Config) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 func TestSessionWaitUnderRepeatableRead(t *testing.T) {
 	srv, _ := server(t)
 	cfg, err := pgxpool.ParseConfig(srv.DSN())
@@ -219,18 +230,7 @@ func TestSessionWaitUnderRepeatableRead(t *testing.T) {
 	ctx := context.Background()
 	clients := make([]*fence.Client, 3)
 	for i := range clients {
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		d, err := fencepg.NewSessionDriver(pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = d.Close() })
-		clients[i] = fence.New(d, fence.WithTTL(10*time.Second))
-		t.Cleanup(func() { _ = clients[i].Close(context.Background()) })
+		clients[i] = sessionClient(t, poolFrom(t, cfg), fence.WithTTL(10*time.Second))
 	}
 	a, err := clients[0].Acquire(ctx, "rr")
 	if err != nil {
@@ -311,18 +311,8 @@ func TestSessionTrySkipsHolderRead(t *testing.T) {
 	var seen statements
 	cfg.ConnConfig.Tracer = &seen
 	ctx := context.Background()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	d, err := fencepg.NewSessionDriver(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	c := fence.New(d, fence.WithTTL(10*time.Second))
-	t.Cleanup(func() { _ = c.Close(ctx) })
+	c := sessionClient(t, poolFrom(t, cfg), fence.WithTTL(10*time.Second))
+	d := c.Driver()
 	l, err := c.Acquire(ctx, "skip")
 	if err != nil {
 		t.Fatal(err)
