@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -168,7 +169,13 @@ func Run(ctx context.Context, srv *Servers, contenders []Contender, cfg Config) 
 			rt0 := o.rt.Load()
 			cpu0 := processCPU()
 			start := time.Now()
-			lat, err := uncontended(ctx, o.client, 1, cfg.Ops, "bench/u1/"+c.Name)
+			var (
+				lat []time.Duration
+				err error
+			)
+			pprof.Do(ctx, pprof.Labels("contender", c.ID(), "turn", "1 client"), func(ctx context.Context) {
+				lat, err = uncontended(ctx, o.client, 1, cfg.Ops, "bench/u1/"+c.Name)
+			})
 			took := time.Since(start)
 			r.cpu += processCPU() - cpu0
 			rt1 := o.rt.Load()
@@ -188,7 +195,9 @@ func Run(ctx context.Context, srv *Servers, contenders []Contender, cfg Config) 
 			r.rt += rt1 - rt0
 
 			start = time.Now()
-			lat, err = uncontended(ctx, o.client, cfg.Parallel, cfg.Ops, fmt.Sprintf("bench/u%d/%s", cfg.Parallel, c.Name))
+			pprof.Do(ctx, pprof.Labels("contender", c.ID(), "turn", fmt.Sprintf("%d clients", cfg.Parallel)), func(ctx context.Context) {
+				lat, err = uncontended(ctx, o.client, cfg.Parallel, cfg.Ops, fmt.Sprintf("bench/u%d/%s", cfg.Parallel, c.Name))
+			})
 			took = time.Since(start)
 			if err != nil {
 				return nil, fmt.Errorf("%s: uncontended, %d clients: %w", c.ID(), cfg.Parallel, err)

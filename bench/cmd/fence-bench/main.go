@@ -47,7 +47,7 @@ func run() error {
 		hold     = flag.Duration("hold", 0, fmt.Sprintf("how long a holder keeps the lock once all others wait (default %v)", def.Hold))
 		stores   = flag.String("stores", strings.Join(bench.Stores, ","), "comma-separated stores to measure")
 		out      = flag.String("out", "../docs/performance.md", "where to write the report; - for stdout")
-		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file; the uncontended turns' samples carry the labels contender (store/name) and turn (go tool pprof -tagfocus contender=redis/fence)")
 		quiet    = flag.Bool("q", false, "no progress on stderr")
 		only     = flag.String("only", "", "measure only the contenders whose store/name matches this regular expression (for a closer look; the report's ratios need fence and the others)")
 	)
