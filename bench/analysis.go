@@ -39,12 +39,19 @@ is why the server time row, Redis's own clock around each command, shows
 fence further from "raw" than the scripts alone are. The 1-client p50 is
 the least steady figure on this machine: single pairs fall into two
 modes, about 55 µs and about 130 µs, and which one the median lands in
-moved fence ÷ raw between 1.1x and 1.45x over five runs of the same code
-(1.10, 1.15, 1.17, 1.30, 1.45; client CPU between 1.1x and 1.5x). Run one after another with
-` + "`go test -bench 'AcquireRelease/redis' -benchmem`" + ` (30000 pairs each), fence
-took 163 µs a pair, raw 155 and bsm/redislock 171, and a CPU profile of
-fence against raw put about 8 µs a pair of extra client time in many
-small pieces, the largest the metadata's JSON (about 1.3 µs). redsync and bsm/redislock issue no token at all, so on the
+moved fence ÷ raw from 0.88x to 1.47x over nine runs of the same code
+(some measuring fewer contenders, or in more and shorter rounds), and
+client CPU from 0.87x to 1.56x.
+Two steadier measures agree on what fence itself adds. Run one after
+another with ` + "`go test -bench 'AcquireRelease/redis' -benchmem`" + ` (30000
+pairs each), fence took 163 µs a pair, raw 155 and bsm/redislock 171, and
+a CPU profile of fence against raw put about 8 µs a pair of extra client
+time in many small pieces, the largest the metadata's JSON (about 1.3
+µs). In a Redis-only run of this command with ` + "`-cpuprofile`" + ` (whose
+samples are labeled by contender), fence's turns spent about 9 µs a pair
+more than raw's outside go-redis, and a little more inside it (its lock
+value, with the metadata, is longer): about a tenth of a pair's client
+time. redsync and bsm/redislock issue no token at all, so on the
 uncontended path their design wins by about the server time of one: the
 fence ÷ raw-incr ratio is about what it costs. Their waiting is where they
 lose: redsync retries after a random 50-250 ms and bsm/redislock after its
@@ -153,8 +160,9 @@ acquire + release):
   and the raw floor managed 3500).
 - A try that precedes a wait in a blocking driver no longer reads the
   holder (` + "`fence.Request.SkipHolder`" + `; a wait that times out reads it
-  then). fencepg session mode's holder read joins ` + "`pg_locks`" + `, which takes
-  each of the server's lock partitions in turn; every handoff made the
+  then). fencepg session mode's holder read joins ` + "`pg_locks`" + `, which holds
+  all of the server's lock-table partitions at once (advisory locks and
+  unlocks wait for them); every handoff made the
   released holder try again and read it, and with 32 waiters queued
   fence-session's handoff median was 9.2 ms where raw-advisory's was 1.5
   (1.4 ms after the change, in the same kind of side-by-side run).

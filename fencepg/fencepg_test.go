@@ -299,9 +299,10 @@ func (s *statements) take() []string {
 }
 
 // A session-mode try that precedes a wait (Request.SkipHolder) does not
-// read the holder: that read joins pg_locks, which takes every lock
-// partition of the server, and with many waiters queued it slowed every
-// handoff several times over. A plain try still names the holder.
+// read the holder: that read joins pg_locks, which holds all of the
+// server's lock-table partitions at once, and with many waiters queued it
+// slowed every handoff several times over. A plain try still names the
+// holder.
 func TestSessionTrySkipsHolderRead(t *testing.T) {
 	srv, _ := server(t)
 	cfg, err := pgxpool.ParseConfig(srv.DSN())

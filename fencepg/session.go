@@ -248,8 +248,9 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 	if err != nil { // no row: not granted
 		d.put(conn)
 		if req.Kind != fence.KindLock || req.SkipHolder {
-			// The holder's read joins pg_locks, which takes every lock
-			// partition of the server: with many waiters queued, it
+			// The holder's read joins pg_locks, which holds all of the
+			// server's lock-table partitions at once (every advisory lock
+			// and unlock waits for them): with many waiters queued, it
 			// slowed every handoff several times over.
 			return nil, &fence.HeldError{Key: req.Key}
 		}
