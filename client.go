@@ -136,9 +136,10 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta, start),
 		Kind: tgt.kind, Limit: tgt.limit}
 	blocking, _ := c.drv.(BlockingAcquirer)
-	// A waiter that will wait in the driver needs no holder from its try
-	// (waitEnded reads it if the wait times out), unless a span records it.
-	req.SkipHolder = wait && blocking != nil && !span.IsRecording()
+	// A lock's waiter that will wait in the driver needs no holder from
+	// its try (waitEnded reads it by Inspect if the wait times out), unless
+	// a span records it. Other kinds have no Inspect to read it then.
+	req.SkipHolder = wait && blocking != nil && tgt.kind == KindLock && !span.IsRecording()
 
 	// The first attempt is the same for every store and every mode: one
 	// try, which is the whole uncontended path. Its validity is measured

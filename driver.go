@@ -58,9 +58,10 @@ type Request struct {
 	Limit int
 	// SkipHolder tells TryAcquire that the caller has no use for
 	// HeldError.Holder: it is about to wait in the driver's Acquire
-	// (BlockingAcquirer), and reads the holder itself if the wait ends
-	// without the key. A driver that learns the holder only by a read of
-	// its own may then leave Holder nil; it still returns a *HeldError.
+	// (BlockingAcquirer), and reads the holder itself (Inspect) if the
+	// wait ends without the key. It is set for KindLock only. A driver
+	// that learns the holder only by a read of its own may then leave
+	// Holder nil; it still returns a *HeldError.
 	SkipHolder bool
 }
 

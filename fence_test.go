@@ -687,6 +687,20 @@ func TestWaitingTrySkipsTheHolder(t *testing.T) {
 		t.Errorf("TryAcquire asked SkipHolder %v; want [false]", tries)
 	}
 
+	// Other kinds have no Inspect for the Client to read the holder with
+	// when the wait times out: their tries still ask for it.
+	w, err := holder.RWMutex("rw").AcquireWrite(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release(ctx)
+	if _, err := c.RWMutex("rw").AcquireWrite(ctx, fence.WithWait(50*time.Millisecond)); !errors.Is(err, fence.ErrHeld) {
+		t.Errorf("AcquireWrite WithWait on a held write lock: %v; want ErrHeld", err)
+	}
+	if tries, _ := drv.asked(); !slices.Equal(tries, []bool{false}) {
+		t.Errorf("a waiting AcquireWrite asked SkipHolder %v; want [false]", tries)
+	}
+
 	tel := newTelemetry(t)
 	traced := fence.New(drv, append(tel.options(), fence.WithTTL(time.Minute))...)
 	_, err = traced.Acquire(ctx, "k", fence.WithWait(50*time.Millisecond))
