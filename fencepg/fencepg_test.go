@@ -39,7 +39,17 @@ func server(t *testing.T) (*testserver.PostgresServer, *pgxpool.Pool) {
 
 func openPool(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return poolFrom(t, cfg)
+}
+
+// poolFrom opens a pool from cfg, closed when t ends.
+func poolFrom(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,17 +219,6 @@ func TestAdvisoryIDStable(t *testing.T) {
 // taken before the wait. Under a default isolation stricter than READ
 // COMMITTED the bump then fails with a serialization error; the driver
 // bumps again in a statement of its own and the tokens still grow.
-// poolFrom opens a pool from cfg, closed when t ends.
-func poolFrom(t *testing.T, cfg *pgxpool.Config) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 func TestSessionWaitUnderRepeatableRead(t *testing.T) {
 	srv, _ := server(t)
 	cfg, err := pgxpool.ParseConfig(srv.DSN())
