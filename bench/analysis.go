@@ -87,9 +87,12 @@ counter row, and raw-advisory's wait and bump. In two runs on this
 machine the bare wait's median was 331 and 447 µs; the commit added 8 to
 25 µs, the UPDATE 124 to 140 and raw-advisory's bump 157 to 167 (1.35x to
 1.50x). It is the row write: the same bump adds about 50 µs to an
-uncontended pair (raw-advisory against pgx-advisory above), and several
-times that in a process just woken from its wait. A token that survives a
-restart is such a write, so the 1.2x handoff goal against a wait that
+uncontended pair (raw-advisory against pgx-advisory above), and about
+three times that in a process just woken from its wait. Two cheaper
+writes were tried in the same way and dropped: an UPDATE first, with
+the INSERT only for a key's first acquisition, saved 3% to 6% of a
+handoff, and an unlogged counter table (which a crash empties) still
+added about 75 µs. A token that survives a restart is such a write, so the 1.2x handoff goal against a wait that
 writes nothing is out of reach here for fence and the raw floor alike;
 against raw-advisory, fence-session's handoffs are at 1.0x to 1.1x.
 
