@@ -342,3 +342,61 @@ func TestSessionTrySkipsHolderRead(t *testing.T) {
 		t.Errorf("TryAcquire named the holder without reading pg_locks? statements %q", sql)
 	}
 }
+
+// A session-mode driver keeps idle connections for as many leases as its
+// load had at once, so that a steady load opens no connection (with a
+// fixed four kept, eight leases at a time closed and opened four
+// connections a round), and closes those a burst opened once the burst
+// is two idle windows old.
+func TestSessionKeepsConnectionsForItsLoad(t *testing.T) {
+	srv, _ := server(t)
+	cfg, err := pgxpool.ParseConfig(srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen statements
+	cfg.ConnConfig.Tracer = &seen
+	ctx := ctxFor(t)
+	c := sessionClient(t, poolFrom(t, cfg), fence.WithTTL(10*time.Second))
+	d := c.Driver().(*fencepg.SessionDriver)
+	// Every new dedicated connection is set up with one statement.
+	dials := func() int {
+		n := 0
+		for _, q := range seen.take() {
+			if strings.Contains(q, "client_connection_check_interval") {
+				n++
+			}
+		}
+		return n
+	}
+	hold := func(n int) {
+		t.Helper()
+		ls := make([]*fence.Lease, n)
+		for i := range ls {
+			if ls[i], err = c.TryAcquire(ctx, fmt.Sprintf("load/%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, l := range ls {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const load = 8
+	hold(load)
+	if n := dials(); n != load {
+		t.Fatalf("%d leases at once opened %d connections; want %d", load, n, load)
+	}
+	hold(load)
+	if n := dials(); n != 0 {
+		t.Errorf("%d leases at once again opened %d connections; want 0 (the first round's were kept)", load, n)
+	}
+	fencepg.SetIdleWindow(d, 10*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	hold(1) // its release closes what the burst left beyond the minimum
+	hold(load)
+	if n := dials(); n != load-4 {
+		t.Errorf("%d leases at once after two idle windows with one lease opened %d connections; want %d (4 kept)", load, n, load-4)
+	}
+}

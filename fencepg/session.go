@@ -47,9 +47,17 @@ type SessionDriver struct {
 	setupDone bool
 
 	mu     sync.Mutex
-	idle   []*pgx.Conn // dedicated connections that hold no lock, for reuse
+	idle   []*pgx.Conn // dedicated connections that hold no lock, for reuse, oldest first
 	active map[*sessionClaim]struct{}
 	closed bool
+	// acquiring counts the acquisitions holding a connection from take
+	// that are not yet leases. peak and prevPeak are the most connections
+	// in use at once (active plus acquiring) in the current idle window,
+	// which began at windowStart, and in the one before.
+	acquiring      int
+	peak, prevPeak int
+	windowStart    time.Time
+	idleWindow     time.Duration
 
 	watches *delayq.Queue // starts the watch on each lease's connection
 
@@ -58,9 +66,15 @@ type SessionDriver struct {
 	qTryRead, qTryWrite, qWaitRead, qWaitWrite, qBumpRW string
 }
 
-// maxIdle is how many unused dedicated connections a SessionDriver keeps
-// for later leases.
-const maxIdle = 4
+// A SessionDriver keeps unused dedicated connections for later leases:
+// as many as make, with those in use, the most it had in use at once in
+// the last idleWindow or the one before, and at least minIdle. So a
+// steady load opens no connection, and those a burst opened are closed as
+// their leases end after it, once the burst is over two windows old.
+const (
+	minIdle    = 4
+	idleWindow = time.Minute
+)
 
 var (
 	_ fence.Driver           = (*SessionDriver)(nil)
@@ -85,7 +99,7 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 	}
 	T := ts.tokens.quoted
 	d := &SessionDriver{pool: pool, ts: ts, auto: o.autoSetup, active: make(map[*sessionClaim]struct{}),
-		watches: delayq.New(watchDelay)}
+		watches: delayq.New(watchDelay), windowStart: time.Now(), idleWindow: idleWindow}
 	bumpFrom := func(src, where string) string {
 		return `INSERT INTO ` + T + ` AS t (key, lock_id, token, owner, holder_pid, meta, acquired_at)
 			SELECT $1, $2, ` + clockToken + `, $3, pg_backend_pid(), $4, clock_timestamp()` + src + where + `
@@ -170,7 +184,9 @@ func (d *SessionDriver) ensureSetup(ctx context.Context) error {
 	return nil
 }
 
-// take returns a dedicated connection holding no lock.
+// take returns a dedicated connection holding no lock, for an
+// acquisition, which ends in newClaim or, when it fails, in a call to
+// acquired.
 func (d *SessionDriver) take(ctx context.Context) (*pgx.Conn, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
@@ -180,6 +196,9 @@ func (d *SessionDriver) take(ctx context.Context) (*pgx.Conn, error) {
 		d.mu.Unlock()
 		return nil, errDriverClosed
 	}
+	d.acquiring++
+	d.idleLimit(time.Now())
+	d.peak = max(d.peak, len(d.active)+d.acquiring)
 	for len(d.idle) > 0 {
 		c := d.idle[len(d.idle)-1]
 		d.idle = d.idle[:len(d.idle)-1]
@@ -191,6 +210,7 @@ func (d *SessionDriver) take(ctx context.Context) (*pgx.Conn, error) {
 	d.mu.Unlock()
 	conn, err := dial(ctx, d.pool)
 	if err != nil {
+		d.acquired()
 		return nil, err
 	}
 	// PostgreSQL 14+ can notice during a wait that the client has gone
@@ -200,15 +220,49 @@ func (d *SessionDriver) take(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// put keeps a connection that holds no lock for a later lease.
-func (d *SessionDriver) put(c *pgx.Conn) {
+// acquired ends an acquisition that took a connection.
+func (d *SessionDriver) acquired() {
 	d.mu.Lock()
-	if !d.closed && len(d.idle) < maxIdle && !c.IsClosed() {
+	d.acquiring--
+	d.mu.Unlock()
+}
+
+// idleLimit starts a new idle window if the current one is over, and
+// returns how many connections, in use and idle, the driver keeps. d.mu
+// is held.
+func (d *SessionDriver) idleLimit(now time.Time) int {
+	if since := now.Sub(d.windowStart); since >= d.idleWindow {
+		inUse := len(d.active) + d.acquiring
+		d.prevPeak = d.peak
+		if since >= 2*d.idleWindow {
+			d.prevPeak = inUse
+		}
+		d.peak = inUse
+		d.windowStart = now
+	}
+	return max(minIdle, d.peak, d.prevPeak)
+}
+
+// put keeps a connection that holds no lock for a later lease, unless
+// the driver has as many as it keeps (see minIdle); then it closes it,
+// and any idle ones beyond that, the longest unused first.
+func (d *SessionDriver) put(c *pgx.Conn) {
+	var extra []*pgx.Conn
+	d.mu.Lock()
+	if !d.closed && !c.IsClosed() {
 		d.idle = append(d.idle, c)
 		c = nil
+		if n := len(d.idle) + len(d.active) + d.acquiring - d.idleLimit(time.Now()); n > 0 {
+			n = min(n, len(d.idle))
+			extra = slices.Clone(d.idle[:n])
+			d.idle = slices.Delete(d.idle, 0, n)
+		}
 	}
 	d.mu.Unlock()
 	if c != nil {
+		_ = c.Close(context.Background())
+	}
+	for _, c := range extra {
 		_ = c.Close(context.Background())
 	}
 }
@@ -242,10 +296,12 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 	err = conn.QueryRow(ctx, lk.try, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&token)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		// The lock may have been granted before the statement failed.
+		d.acquired()
 		d.drop(conn, err)
 		return nil, d.acquireError(ctx, req, lk.id, err)
 	}
 	if err != nil { // no row: not granted
+		d.acquired()
 		d.put(conn)
 		if req.Kind != fence.KindLock || req.SkipHolder {
 			// The holder's read joins pg_locks, which holds all of the
@@ -282,6 +338,7 @@ func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.C
 		err = conn.QueryRow(ctx, lk.bump, req.Key, lk.id, req.Owner, metaArg(req.Meta)).Scan(&token)
 	}
 	if err != nil {
+		d.acquired()
 		if ctx.Err() != nil {
 			_ = conn.Close(context.Background())
 			return nil, ctx.Err()
@@ -420,6 +477,7 @@ func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryL
 	c := &sessionClaim{d: d, conn: conn, key: req.Key, owner: req.Owner, id: lk.id, unlock: lk.unlock, token: token, Note: lossnote.New()}
 	d.mu.Lock()
 	d.active[c] = struct{}{}
+	d.acquiring--
 	d.mu.Unlock()
 	c.pendingWatch = d.watches.Add(c.startWatch)
 	return c
