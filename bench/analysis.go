@@ -94,7 +94,7 @@ the INSERT only for a key's first acquisition, saved 3% to 6% of a
 handoff, and an unlogged counter table (which a crash empties) still
 added about 75 µs. A token that survives a restart is such a write, so the 1.2x handoff goal against a wait that
 writes nothing is out of reach here for fence and the raw floor alike;
-against raw-advisory, fence-session's handoffs are at 1.0x to 1.1x.
+against raw-advisory, fence-session's handoffs are at 0.9x to 1.1x.
 
 **etcd.** fence, etcd's own ` + "`concurrency.Mutex`" + ` and the raw floor all take one
 transaction to acquire and one write to release (a Delete for fence and the
