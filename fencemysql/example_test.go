@@ -20,7 +20,10 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	db.SetMaxOpenConns(20) // each held lease uses two connections
+	// Each held lease uses two connections: room for 10 leases at once,
+	// kept open between leases.
+	db.SetMaxOpenConns(20)
+	db.SetMaxIdleConns(20)
 	drv, err := fencemysql.New(db, fencemysql.WithAutoSetup())
 	if err != nil {
 		log.Fatal(err)

@@ -143,8 +143,12 @@ var (
 
 // New returns a driver over db (opened with the go-sql-driver/mysql
 // driver). Each lease takes two connections from db while it is held:
-// one holds the lock, one waits to learn at once if the first ends. Close
-// the driver when done; it does not close db.
+// one holds the lock, one waits to learn at once if the first ends, and
+// both go back to db when it ends. database/sql keeps two idle
+// connections unless told otherwise, so with more leases held at once it
+// closes connections as leases end and opens new ones for the next: set
+// db.SetMaxIdleConns (and SetMaxOpenConns) to twice the leases you hold
+// at once. Close the driver when done; it does not close db.
 func New(db *sql.DB, opts ...Option) (*Driver, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: fencemysql: nil db", fence.ErrInvalidOption)
