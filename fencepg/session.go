@@ -69,8 +69,8 @@ type SessionDriver struct {
 // A SessionDriver keeps unused dedicated connections for later leases:
 // as many as make, with those in use, the most it had in use at once in
 // the last idleWindow or the one before, and at least minIdle. So a
-// steady load opens no connection, and those a burst opened are closed as
-// their leases end after it, once the burst is over two windows old.
+// steady load opens no connection, and those a burst opened are closed
+// as leases end once the burst is more than two windows old.
 const (
 	minIdle    = 4
 	idleWindow = time.Minute
