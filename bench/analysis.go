@@ -38,10 +38,14 @@ fifth of it. On two cores that CPU also competes with the server, which
 is why the server time row, Redis's own clock around each command, shows
 fence further from "raw" than the scripts alone are. The 1-client p50 is
 the least steady figure on this machine: single pairs fall into two
-modes, about 55 µs and about 130 µs, and which one the median lands in
-moved fence ÷ raw from 0.88x to 1.47x over nine runs of the same code
-(some measuring fewer contenders, or in more and shorter rounds), and
-client CPU from 0.87x to 1.56x.
+modes, about 55 µs and about 130 µs, and a turn lands in one or the other
+with what ran just before it. Until this page's run, the command went
+through the contenders of all three stores in one rotation, so fence on
+Redis always took its turn right after etcd's raw floor had run eight
+clients, and its 1-client median came out at 1.45x and 1.47x the Redis
+raw floor's in the two full runs before (about 1.1x in Redis-only runs);
+the command now measures one store after another, with the turns of each
+round in a shuffled order, and fence ÷ raw came out at 1.01x.
 Two steadier measures agree on what fence itself adds. Run one after
 another with ` + "`go test -bench 'AcquireRelease/redis' -benchmem`" + ` (30000
 pairs each), fence took 163 µs a pair, raw 155 and bsm/redislock 171, and
@@ -185,7 +189,7 @@ acquire + release):
   use at once lately (at least four) instead of four: with eight leases
   at a time it closed and opened connections all the time, and its
   8-client pairs a second were 0.46x to 0.49x raw-advisory's; after it,
-  0.84x in the run above and 0.93x to 0.99x in PostgreSQL-only runs. Each of its leases
+  0.90x in the run above and 0.93x to 0.99x in PostgreSQL-only runs. Each of its leases
   still holds a connection of its own, so eight clients keep eight
   backends busy on two cores where raw-advisory and pgx-advisory share
   a pgx pool's default four connections: its 8-client median is the

@@ -182,3 +182,38 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("report has NaN or Inf:\n%s", md.String())
 	}
 }
+
+// Every round's turns are a permutation of the contenders, and no
+// contender follows the same one in most rounds (a rotation puts it after
+// the same contender in nine rounds of ten, and so that contender's
+// aftermath on the machine on nearly its every turn).
+func TestTurnOrderVariesThePredecessor(t *testing.T) {
+	const n, rounds = 5, 10
+	after := make([]map[int]int, n) // after[i][j]: turns of i right after one of j
+	for i := range after {
+		after[i] = map[int]int{}
+	}
+	prev := -1
+	for round := range rounds {
+		order := turnOrder(n, round)
+		if got := slices.Sorted(slices.Values(order)); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+			t.Fatalf("round %d: order %v is not a permutation of %d contenders", round, order, n)
+		}
+		if !slices.Equal(order, turnOrder(n, round)) {
+			t.Errorf("round %d: the order differs from one call to the next", round)
+		}
+		for _, i := range order {
+			if prev >= 0 {
+				after[i][prev]++
+			}
+			prev = i
+		}
+	}
+	for i, a := range after {
+		for j, k := range a {
+			if k > rounds/2 {
+				t.Errorf("contender %d came right after %d in %d rounds of %d", i, j, k, rounds)
+			}
+		}
+	}
+}

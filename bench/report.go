@@ -285,7 +285,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		"(Redis without persistence; PostgreSQL with fsync off; etcd with its defaults for its version)\n", strings.Join(vs, ", "))
 	c := rep.Config
 	pr("- every contender asks for a %v TTL, so nothing renews or expires during a measurement\n", TTL)
-	pr("- uncontended: %d rounds; in each, every contender in turn (round-robin, starting one further each round) "+
+	pr("- stores are measured one after another; uncontended: %d rounds; in each, every contender of the store in turn (in a shuffled order, another each round) "+
 		"does %d acquire + release pairs with 1 client on one key, then %d with each of %d goroutines of one client on keys of their own; "+
 		"p50 and p99 are of single pairs, pairs/s of the whole turn\n", c.Rounds, c.Ops, c.Ops, c.Parallel)
 	pr("- allocations and bytes: `runtime.MemStats` around the 1-client turns, per pair (the whole process, " +
@@ -366,16 +366,26 @@ func sortedStores(stores []string) []string {
 // report, without its Command.
 func Measure(ctx context.Context, srv *Servers, stores []string, cfg Config) (*Report, error) {
 	stores = sortedStores(stores)
-	var cs []Contender
-	for _, c := range Contenders(srv) {
-		if slices.Contains(stores, c.Store) && (cfg.Only == nil || cfg.Only(c.ID())) {
-			cs = append(cs, c)
-		}
-	}
 	start := time.Now()
-	results, err := Run(ctx, srv, cs, cfg)
-	if err != nil {
-		return nil, err
+	var results []*Result
+	// One store after another: a store's turns are compared with each
+	// other only, and another store's server would only add its own
+	// load to theirs.
+	for _, store := range stores {
+		var cs []Contender
+		for _, c := range Contenders(srv) {
+			if c.Store == store && (cfg.Only == nil || cfg.Only(c.ID())) {
+				cs = append(cs, c)
+			}
+		}
+		if len(cs) == 0 {
+			continue
+		}
+		rs, err := Run(ctx, srv, cs, cfg)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, rs...)
 	}
 	return &Report{
 		Date:     start,
