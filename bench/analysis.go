@@ -45,7 +45,9 @@ Redis always took its turn right after etcd's raw floor had run eight
 clients, and its 1-client median came out at 1.45x and 1.47x the Redis
 raw floor's in the two full runs before (about 1.1x in Redis-only runs);
 the command now measures one store after another, with the turns of each
-round in a shuffled order, and fence ÷ raw came out at 1.01x.
+round in a shuffled order, and fence ÷ raw came out at 1.01x in this
+page's run and 1.04x in the next (against bsm/redislock, 1.02x and
+0.96x).
 Two steadier measures agree on what fence itself adds. Run one after
 another with ` + "`go test -bench 'AcquireRelease/redis' -benchmem`" + ` (30000
 pairs each), fence took 163 µs a pair, raw 155 and bsm/redislock 171, and
