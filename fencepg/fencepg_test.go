@@ -288,6 +288,20 @@ func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 
 func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// tracedSessionClient returns a session-mode Client on a server of its
+// own, and the statements its connections send.
+func tracedSessionClient(t *testing.T) (*fence.Client, *statements) {
+	t.Helper()
+	srv, _ := server(t)
+	cfg, err := pgxpool.ParseConfig(srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := new(statements)
+	cfg.ConnConfig.Tracer = seen
+	return sessionClient(t, poolFrom(t, cfg), fence.WithTTL(10*time.Second)), seen
+}
+
 // take returns the statements since the last take.
 func (s *statements) take() []string {
 	s.mu.Lock()
@@ -303,15 +317,8 @@ func (s *statements) take() []string {
 // slowed every handoff several times over. A plain try still names the
 // holder.
 func TestSessionTrySkipsHolderRead(t *testing.T) {
-	srv, _ := server(t)
-	cfg, err := pgxpool.ParseConfig(srv.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen statements
-	cfg.ConnConfig.Tracer = &seen
+	c, seen := tracedSessionClient(t)
 	ctx := context.Background()
-	c := sessionClient(t, poolFrom(t, cfg), fence.WithTTL(10*time.Second))
 	d := c.Driver()
 	l, err := c.Acquire(ctx, "skip")
 	if err != nil {
@@ -349,16 +356,10 @@ func TestSessionTrySkipsHolderRead(t *testing.T) {
 // connections a round), and closes those a burst opened once the burst
 // is two idle windows old.
 func TestSessionKeepsConnectionsForItsLoad(t *testing.T) {
-	srv, _ := server(t)
-	cfg, err := pgxpool.ParseConfig(srv.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen statements
-	cfg.ConnConfig.Tracer = &seen
+	c, seen := tracedSessionClient(t)
 	ctx := ctxFor(t)
-	c := sessionClient(t, poolFrom(t, cfg), fence.WithTTL(10*time.Second))
 	d := c.Driver().(*fencepg.SessionDriver)
+	var err error
 	// Every new dedicated connection is set up with one statement.
 	dials := func() int {
 		n := 0
