@@ -49,6 +49,7 @@ type config struct {
 	redisURL, pgURL, period, instance string
 	customers                         int
 	ttl, renew, step                  time.Duration
+	verbose                           bool
 }
 
 func main() {
@@ -62,9 +63,14 @@ func main() {
 	flag.DurationVar(&c.ttl, "ttl", 60*time.Second, "lock expiry")
 	flag.DurationVar(&c.renew, "renew", 20*time.Second, "how often the lock is renewed")
 	flag.DurationVar(&c.step, "step", 200*time.Millisecond, "time to prepare one invoice (a stand-in for the real work)")
+	flag.BoolVar(&c.verbose, "v", false, "also log each invoice as its preparation starts")
 	flag.Parse()
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("instance", c.instance)
+	level := slog.LevelInfo
+	if c.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("instance", c.instance)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, c, log))
@@ -142,6 +148,7 @@ func (j *invoiceJob) run(ctx context.Context, lease *fence.Lease) error {
 		if err := lease.Err(); err != nil {
 			return err // we know the lease is gone: stop
 		}
+		j.log.Debug("preparing invoice", "customer", customer, "token", lease.Token())
 		amount := j.prepare(customer) // slow; a pause may land here
 		// The write does not use ctx, which ends with the lease: a process
 		// that wakes from a pause finds this write and its lease's timer

@@ -37,13 +37,16 @@ type instance struct {
 	mu    sync.Mutex
 	log   strings.Builder
 	wrote chan struct{} // a value per "wrote invoice" line
-	done  chan struct{}
-	code  int
+	// preparing gets the customer of every "preparing invoice" line
+	// (logged with -v, once the lease was found valid)
+	preparing chan string
+	done      chan struct{}
+	code      int
 }
 
 func start(t *testing.T, name string, args ...string) *instance {
 	t.Helper()
-	in := &instance{name: name, wrote: make(chan struct{}, 100), done: make(chan struct{})}
+	in := &instance{name: name, wrote: make(chan struct{}, 100), preparing: make(chan string, 100), done: make(chan struct{})}
 	in.cmd = exec.Command(os.Args[0], append([]string{"--instance", name}, args...)...)
 	in.cmd.Env = append(os.Environ(), runEnv+"=1")
 	in.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -63,6 +66,11 @@ func start(t *testing.T, name string, args ...string) *instance {
 			in.mu.Unlock()
 			if strings.Contains(line, "wrote invoice") {
 				in.wrote <- struct{}{}
+			}
+			if _, rest, ok := strings.Cut(line, `msg="preparing invoice"`); ok {
+				_, customer, _ := strings.Cut(rest, "customer=")
+				customer, _, _ = strings.Cut(customer, " ")
+				in.preparing <- customer
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
@@ -114,11 +122,14 @@ func TestPausedHolderCannotInvoiceTwice(t *testing.T) {
 		ttl       = time.Second
 	)
 	args := []string{"--redis", rs.URL(), "--pg", pg.DSN(), "--period", "2026-10",
-		"--customers", fmt.Sprint(customers), "--ttl", ttl.String(), "--renew", "300ms", "--step", "150ms"}
+		"--customers", fmt.Sprint(customers), "--ttl", ttl.String(), "--renew", "300ms", "--step", "150ms", "-v"}
 
 	a := start(t, "A", args...)
-	// A is mid-batch once it wrote a few invoices: stop it right after its
-	// third, while it prepares the fourth (no transaction open).
+	// A is mid-batch once it wrote a few invoices: stop it after its third,
+	// once it found its lease valid and began preparing the fourth (no
+	// transaction open), so that on resuming it goes straight to the
+	// write the guard must refuse. (Stopped before that check, it may
+	// find the lease gone on resuming and never write at all.)
 	for i := range 3 {
 		select {
 		case <-a.wrote:
@@ -133,6 +144,15 @@ func TestPausedHolderCannotInvoiceTwice(t *testing.T) {
 			if code := b.wait(t, 30*time.Second); code != exitSkipped || !strings.Contains(b.output(), "skipped") {
 				t.Fatalf("B: exit %d, want %d (skipped); log:\n%s", code, exitSkipped, b.output())
 			}
+		}
+	}
+	for customer := ""; customer != "customer-004"; {
+		select {
+		case customer = <-a.preparing:
+		case <-a.done:
+			t.Fatalf("A exited (%d) before preparing its fourth invoice", a.code)
+		case <-time.After(30 * time.Second):
+			t.Fatal("A did not begin its fourth invoice in 30s")
 		}
 	}
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
