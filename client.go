@@ -91,7 +91,9 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 
 // Close releases every lease the Client still holds and makes later
 // acquisitions fail with ErrClosed. It returns the errors of the releases
-// that failed, joined.
+// that failed, joined, and the *LostError of every lease a release found
+// lost (the store no longer held it), so that such a loss is never
+// silent.
 func (c *Client) Close(ctx context.Context) error {
 	defer c.obs.close()
 	c.mu.Lock()
@@ -103,7 +105,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Unlock()
 	var errs []error
 	for _, l := range held {
-		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrReleased) && !errors.Is(err, ErrLost) {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrReleased) {
 			errs = append(errs, err)
 		}
 	}

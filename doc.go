@@ -43,6 +43,10 @@
 //     is cancelled at once, with a *LostError as the cause.
 //   - Release is compare-and-delete: it never removes another owner's
 //     lease. Releasing a lost or released lease is harmless and says so.
+//   - A lost lease never ends in success: a loss found only by the
+//     release (the store no longer held the lease) is a loss too, and
+//     Release, Run, Election's Resign and Lead, and Close return it as a
+//     *LostError (ErrLost).
 //   - Leases are not reentrant: a second Acquire of a held key waits, even
 //     from the same Client.
 //

@@ -46,8 +46,13 @@ func (e *Election) Campaign(ctx context.Context) (*Lease, error) {
 	return l, nil
 }
 
-// Resign gives up leadership, if this candidate leads. It is a no-op
-// otherwise.
+// Resign gives up leadership, if this candidate leads; it is a no-op
+// otherwise. It releases the leadership's lease, so it reports what that
+// release reports: if the leadership was lost, whether the loss was found
+// before (the lease's context ended with a *LostError) or by this resign
+// (the store no longer held the lease), Resign returns the *LostError
+// (ErrLost), never nil: the leader's work may have overlapped a
+// successor's. A failed release (the store unreachable) is returned too.
 func (e *Election) Resign(ctx context.Context) error {
 	e.mu.Lock()
 	l := e.lease
@@ -56,16 +61,34 @@ func (e *Election) Resign(ctx context.Context) error {
 	if l == nil {
 		return nil
 	}
-	if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLost) && !errors.Is(err, ErrReleased) {
+	if err := l.Release(ctx); err != nil && !errors.Is(err, ErrReleased) {
 		return err
 	}
 	return nil
 }
 
-// Lead campaigns, runs fn while leading, and campaigns again when
-// leadership is lost, until fn returns, ctx ends, or a campaign fails. fn's
-// context ends when leadership is lost or ctx ends. Lead resigns before it
-// returns, and returns fn's error, or ctx's.
+// Lead campaigns, runs fn while leading, and resigns when fn returns. fn's
+// context ends when leadership is lost or ctx ends.
+//
+// What Lead returns:
+//   - fn returned and the resign released the leadership: fn's error (nil
+//     if fn returned nil).
+//   - fn returned and the resign found the leadership lost (the store no
+//     longer held it): fn's error joined with the *LostError, which
+//     matches ErrLost. Lead never returns nil for a leadership that ended
+//     by loss.
+//   - leadership was lost while fn ran (fn's context ended with a
+//     *LostError as its cause; fence logs the loss): Lead drops fn's error,
+//     resigns and campaigns again, and fn runs again under the next term,
+//     whose token is greater. fn learns of every such loss through its
+//     context.
+//   - ctx ended: an error wrapping ctx's cause, joined with the
+//     *LostError if the leadership was lost, and with the resign's error
+//     if it failed.
+//   - a campaign failed: its error.
+//
+// A resign that fails for another reason (the store unreachable) is
+// joined to what Lead returns in the first two cases.
 func (e *Election) Lead(ctx context.Context, fn func(ctx context.Context, l *Lease) error) error {
 	for {
 		l, err := e.Campaign(ctx)
@@ -76,20 +99,18 @@ func (e *Election) Lead(ctx context.Context, fn func(ctx context.Context, l *Lea
 		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 		err = fn(runCtx, l)
 		stop()
+		deposed := errors.Is(context.Cause(runCtx), ErrLost)
 		cancel(nil)
-		lost := errors.Is(l.Err(), ErrLost)
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.TTL())
 		rerr := e.Resign(rctx)
 		rcancel()
 		switch {
 		case ctx.Err() != nil:
-			return fmt.Errorf("fence: lead %q: %w", e.key, context.Cause(ctx))
-		case lost:
-			continue // deposed: campaign again
-		case err != nil:
-			return err
+			return withRelease(fmt.Errorf("fence: lead %q: %w", e.key, context.Cause(ctx)), rerr)
+		case deposed:
+			continue // campaign again
 		default:
-			return rerr
+			return withRelease(err, rerr)
 		}
 	}
 }

@@ -15,9 +15,9 @@ var (
 	// *HeldError for the holder.
 	ErrHeld = errors.New("fence: key is held")
 	// ErrLost: the lease was lost before it was released: the store refused
-	// a renewal, the local validity ran out before a renewal succeeded, or
-	// the session holding it dropped. Use errors.As with a *LostError for
-	// the reason.
+	// a renewal, the local validity ran out before a renewal succeeded, the
+	// session holding it dropped, or the release found that the store no
+	// longer held it. Use errors.As with a *LostError for the reason.
 	ErrLost = errors.New("fence: lease lost")
 	// ErrReleased: the lease was released by its holder. It is the cause of
 	// a released lease's context, and what a second Release returns.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -466,6 +467,66 @@ func TestCloseReleasesLeases(t *testing.T) {
 	}
 	if _, err := c.TryAcquire(ctx, "d"); !errors.Is(err, fence.ErrClosed) {
 		t.Errorf("TryAcquire after Close: %v; want ErrClosed", err)
+	}
+}
+
+// Close reports a lease its release finds lost: the store no longer held
+// it, and nothing had noticed before.
+func TestCloseReportsLossFoundAtRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := fencemem.New()
+		c := fence.New(store, fence.WithTTL(time.Hour))
+		if _, err := c.TryAcquire(ctx, "kept"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TryAcquire(ctx, "dropped"); err != nil {
+			t.Fatal(err)
+		}
+		store.Delete("dropped")
+		var lost *fence.LostError
+		if err := c.Close(ctx); !errors.As(err, &lost) || lost.Key != "dropped" {
+			t.Errorf("Close with a lease the store dropped: %v; want its *LostError", err)
+		}
+		if hs, _ := store.List(ctx, ""); len(hs) != 0 {
+			t.Errorf("store still holds %v after Close", hs)
+		}
+	})
+}
+
+// A release that finds the lease lost says so again when repeated, and a
+// lease released with its own context (or one made from it) is released
+// in the store all the same.
+func TestReleaseFoundLostStaysLost(t *testing.T) {
+	ctx := ctxT(t)
+	store := fencemem.New()
+	c := fence.New(store, fence.WithTTL(time.Minute))
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Delete("k")
+	first := l.Release(ctx)
+	var lost *fence.LostError
+	if !errors.As(first, &lost) || lost.Reason != fence.LossRefused {
+		t.Fatalf("Release of a lease the store dropped: %v; want a *LostError (refused)", first)
+	}
+	if again := l.Release(ctx); again != first {
+		t.Errorf("second Release: %v; want the same *LostError as the first", again)
+	}
+
+	l, err = c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(l.Context()); err != nil {
+		t.Errorf("Release(l.Context()): %v; want nil", err)
+	}
+	if _, err := store.Inspect(ctx, "k"); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("key still held after Release(l.Context()): %v", err)
+	}
+	if again := l.Release(ctx); !errors.Is(again, fence.ErrReleased) {
+		t.Errorf("second Release of a released lease: %v; want ErrReleased", again)
 	}
 }
 

@@ -55,6 +55,9 @@ type Lease struct {
 	watchDone    chan struct{}
 
 	released releasedError // the cause of a released lease, kept here to spare an allocation
+	// lostAtRelease is the loss that Release found (the store no longer
+	// held the lease), returned again by later Releases; guarded by mu.
+	lostAtRelease *LostError
 
 	// countedHeld: the fence.leases.held gauge counted this lease (see
 	// observer.granted). Set before the lease starts, read once it ends.
@@ -235,23 +238,36 @@ func (l *Lease) Renew(ctx context.Context) error {
 // Release ends the lease: it cancels the lease's context first, so work
 // under it stops, then deletes the lease in the store only if the store
 // still holds it for this owner (compare-and-delete). Release never
-// removes another owner's lease.
+// removes another owner's lease. ctx may be the lease's own context, or
+// one made from it: the store call then runs without the cancellation
+// that Release itself causes, bounded by the TTL.
 //
-// Releasing a lease that was lost returns its *LostError (ErrLost);
-// releasing it twice returns an error matching ErrReleased. Both are
-// harmless.
+// Release returns a *LostError (ErrLost) if the lease was lost: lost
+// before (its context's cause), or found lost by this release, when the
+// store no longer held it for this owner. The work done under the lease
+// may then have overlapped another holder's, so such a release is no
+// success; fence logs the loss as it logs every other. A later Release
+// of a lease found lost returns the same *LostError; one of a lease
+// released without loss returns an error matching ErrReleased. All of
+// these are harmless to other holders.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.ended {
+		lostAtRelease := l.lostAtRelease
 		l.mu.Unlock()
 		l.waitRenewals()
 		l.c.forget(l)
+		if lostAtRelease != nil {
+			return lostAtRelease
+		}
 		cause := l.Err()
 		var lost *LostError
 		if errors.As(cause, &lost) && lost.Reason == LossExpired {
 			// Unreachable or slow store: the key may still be ours there.
 			// Deleting it (compare-and-delete) frees it for others sooner.
+			ctx, cancel := l.releaseContext(ctx)
 			_ = l.releaseClaim(ctx)
+			cancel()
 		}
 		return cause
 	}
@@ -266,20 +282,44 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.c.obs.tracing() {
 		start = time.Now()
 	}
+	ctx, cancel := l.releaseContext(ctx)
+	defer cancel()
 	err := l.releaseClaim(ctx)
-	var reason LossReason
+	var lost *LostError
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
-		// The store had already let the lease go behind our back.
-		reason = LossRefused
-		err = &LostError{Key: l.key, Token: l.token, Reason: reason, Err: err}
+		// The store had already let the lease go behind our back: a loss,
+		// found only now, and as loud as one found by a renewal.
+		lost = &LostError{Key: l.key, Token: l.token, Reason: LossRefused, Err: err}
+		l.mu.Lock()
+		l.lostAtRelease = lost
+		l.mu.Unlock()
+		l.cfg.logger.Error("fence: lease lost", "key", l.key, "token", l.token, "reason", string(lost.Reason),
+			"found_by", "release", "err", err)
+		err = lost
 	default:
 		err = fmt.Errorf("fence: release %q (token %d): %w", l.key, l.token, err)
+	}
+	var reason LossReason
+	if lost != nil {
+		reason = lost.Reason
 	}
 	l.c.obs.ended(ctx, l, reason)
 	l.c.obs.released(ctx, l, err, start)
 	return err
+}
+
+// releaseContext returns the context for the store call of a release
+// given ctx. A ctx that ended with the lease (the lease's own context, or
+// one made from it, as Run gives its function) would fail that call, and
+// a loss it could find would go unseen: it is replaced by one without its
+// cancellation, bounded by the TTL.
+func (l *Lease) releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil && l.ctx.Err() != nil && context.Cause(ctx) == context.Cause(l.ctx) {
+		return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.ttl)
+	}
+	return ctx, func() {}
 }
 
 func (l *Lease) releaseClaim(ctx context.Context) error {

@@ -74,6 +74,16 @@ func (p *Partitions) Owned() []string {
 //
 // Run returns once every work call has returned and every lease has been
 // released: nil when ctx ended, or the error that stopped it.
+//
+// A partition lost, like any lease, is reported as every partition's work
+// failure is, through the worker's logger and metrics (Run goes on: the
+// partition is free for the group again). Lost while its work runs, the
+// work's context ends with the *LostError as its cause, and fence logs
+// the loss ("fence: lease lost", at error level) and counts it
+// (fence.losses). Found only when the partition is released after its
+// work returned (the store no longer held it), the loss is logged and
+// counted the same way, with found_by=release. A release that fails for
+// another reason is logged as a warning.
 func (p *Partitions) Run(ctx context.Context, work func(ctx context.Context, partition string, l *Lease) error) error {
 	if len(p.names) == 0 {
 		return fmt.Errorf("%w: partitions of %q: no partition names", ErrInvalidOption, p.group)
@@ -283,8 +293,13 @@ func (p *Partitions) releaseAll() {
 	}
 }
 
+// release releases a partition's or the membership's lease. A loss,
+// whether found before or by this release, was logged by the lease.
 func (p *Partitions) release(ctx context.Context, l *Lease) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.TTL())
 	defer cancel()
-	_ = l.Release(rctx)
+	if err := l.Release(rctx); err != nil && !errors.Is(err, ErrLost) && !errors.Is(err, ErrReleased) {
+		l.cfg.logger.Warn("fence: partitions: release failed; the store frees the key at the end of its TTL",
+			"group", p.group, "key", l.key, "token", l.token, "err", err)
+	}
 }

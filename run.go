@@ -12,9 +12,16 @@ import (
 // stop its work then, and should send l.Token() with every write to the
 // protected resource.
 //
-// Run returns fn's error. If the lease was lost before fn returned, the
-// error also matches ErrLost: fn's work may have overlapped another
-// holder's, which is what fencing tokens make harmless.
+// Run returns fn's error, joined with the lease's loss if the lease was
+// lost at any moment between its grant and its release, however that was
+// found: while fn ran (fn's context then ended with the *LostError as its
+// cause), during the HoldAtLeast wait, or only by the release, when the
+// store no longer held the lease. Such a Run never returns nil: its error
+// matches ErrLost (errors.As finds the *LostError), because fn's work may
+// have overlapped another holder's, which is what fencing tokens make
+// harmless. A release that fails for another reason (the store
+// unreachable) is joined too. fn may release the lease itself; that is no
+// error, unless the release found the lease lost.
 //
 // With SkipIfHeld, Run does not wait for a held key: it returns an error
 // matching ErrSkipped (and ErrHeld, with the holder) without calling fn.
@@ -42,9 +49,6 @@ func runHeld(ctx context.Context, l *Lease, cfg config, fn func(ctx context.Cont
 	err := fn(runCtx, l)
 	stop()
 	cancel(nil)
-	if lerr := l.Err(); lerr != nil {
-		err = errors.Join(err, lerr)
-	}
 
 	if hold := time.Until(l.AcquiredAt().Add(cfg.holdAtLeast)); hold > 0 && l.Err() == nil {
 		t := time.NewTimer(hold)
@@ -58,8 +62,22 @@ func runHeld(ctx context.Context, l *Lease, cfg config, fn func(ctx context.Cont
 
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ttl)
 	defer rcancel()
-	if rerr := l.Release(rctx); rerr != nil && !errors.Is(rerr, ErrLost) {
-		err = errors.Join(err, rerr)
+	// Release reports every loss: one found earlier (the lease's cause) as
+	// well as one it finds itself.
+	return withRelease(err, l.Release(rctx))
+}
+
+// withRelease joins fn's error err and what releasing its lease returned:
+// a loss (unless err already carries that very *LostError, as when fn
+// returned its context's cause) or a failure; a lease that fn released
+// itself adds nothing.
+func withRelease(err, rerr error) error {
+	var lost *LostError
+	switch {
+	case rerr == nil, errors.Is(rerr, ErrReleased):
+		return err
+	case errors.As(rerr, &lost) && errors.Is(err, lost):
+		return err
 	}
-	return err
+	return errors.Join(err, rerr)
 }
