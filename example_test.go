@@ -88,7 +88,7 @@ func ExampleElection_Lead() {
 func ExampleLease_Context() {
 	ctx := context.Background()
 	store := fencemem.New()
-	c := fence.New(store, fence.WithTTL(time.Second))
+	c := fence.New(store, fence.WithTTL(2*time.Second))
 	lease, _ := c.Acquire(ctx, "k")
 
 	store.Delete("k") // the store loses the lease behind the holder's back
@@ -106,7 +106,7 @@ func ExampleLease_Context() {
 
 func ExampleClient_Partitions() {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := fence.New(fencemem.New(), fence.WithTTL(300*time.Millisecond))
+	c := fence.New(fencemem.New(), fence.WithTTL(10*time.Second))
 	parts := c.Partitions("orders", []string{"eu", "us", "apac"}, fence.WithOwner("worker-1"))
 
 	started := make(chan string, 3)

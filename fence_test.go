@@ -144,218 +144,235 @@ func lossReason(t *testing.T, l *fence.Lease) fence.LossReason {
 }
 
 func TestUnreachableStoreLosesAtValidityEnd(t *testing.T) {
-	ctx := ctxT(t)
-	h := newHooked()
-	c := fence.New(h, fence.WithTTL(600*time.Millisecond))
-	sent := time.Now()
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every renewal now hangs until its context ends, as with a store that
-	// accepts connections but never answers.
-	var calls atomic.Int32
-	h.setExtend(func(ctx context.Context, _ func() error) error {
-		calls.Add(1)
-		<-ctx.Done()
-		return ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		h := newHooked()
+		c := fence.New(h, fence.WithTTL(600*time.Millisecond))
+		sent := time.Now()
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every renewal now hangs until its context ends, as with a store that
+		// accepts connections but never answers.
+		var calls atomic.Int32
+		h.setExtend(func(ctx context.Context, _ func() error) error {
+			calls.Add(1)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		waitDone(t, l, 5*time.Second)
+		lostAfter := time.Since(sent)
+		if got := lossReason(t, l); got != fence.LossExpired {
+			t.Errorf("reason %q; want %q", got, fence.LossExpired)
+		}
+		// Validity is TTL minus margin (2% + 5ms = 17ms) from the request.
+		if lostAfter != 583*time.Millisecond {
+			t.Errorf("lost %v after the acquire request; want at the validity end, 583ms", lostAfter)
+		}
+		if calls.Load() == 0 {
+			t.Errorf("no renewal was attempted")
+		}
+		if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+			t.Errorf("Release after loss: %v; want ErrLost", err)
+		}
 	})
-	waitDone(t, l, 5*time.Second)
-	lostAfter := time.Since(sent)
-	if got := lossReason(t, l); got != fence.LossExpired {
-		t.Errorf("reason %q; want %q", got, fence.LossExpired)
-	}
-	// Validity is TTL minus margin (2% + 5ms = 17ms) from the request.
-	if lostAfter < 580*time.Millisecond || lostAfter > 2*time.Second {
-		t.Errorf("lost %v after the acquire request; want at the validity end, about 583ms", lostAfter)
-	}
-	if calls.Load() == 0 {
-		t.Errorf("no renewal was attempted")
-	}
-	if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
-		t.Errorf("Release after loss: %v; want ErrLost", err)
-	}
 }
 
 func TestTransientRenewalFailuresAreRetried(t *testing.T) {
-	ctx := ctxT(t)
-	h := newHooked()
-	c := fence.New(h, fence.WithTTL(600*time.Millisecond))
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var failures atomic.Int32
-	h.setExtend(func(ctx context.Context, next func() error) error {
-		if failures.Add(1) <= 2 {
-			return errors.New("connection reset")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		h := newHooked()
+		c := fence.New(h, fence.WithTTL(600*time.Millisecond))
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
 		}
-		return next()
+		var failures atomic.Int32
+		h.setExtend(func(ctx context.Context, next func() error) error {
+			if failures.Add(1) <= 2 {
+				return errors.New("connection reset")
+			}
+			return next()
+		})
+		time.Sleep(1500 * time.Millisecond)
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease lost despite renewals succeeding after two failures: %v", err)
+		}
+		if failures.Load() < 3 {
+			t.Errorf("%d renewal attempts; want retries after failures", failures.Load())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	})
-	time.Sleep(1500 * time.Millisecond)
-	if err := l.Err(); err != nil {
-		t.Fatalf("lease lost despite renewals succeeding after two failures: %v", err)
-	}
-	if failures.Load() < 3 {
-		t.Errorf("%d renewal attempts; want retries after failures", failures.Load())
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestRefusedRenewalLosesAtOnce(t *testing.T) {
-	ctx := ctxT(t)
-	h := newHooked()
-	c := fence.New(h, fence.WithTTL(3*time.Second), fence.WithRenewInterval(50*time.Millisecond))
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Delete("k")
-	took := waitDone(t, l, 2*time.Second)
-	if got := lossReason(t, l); got != fence.LossRefused {
-		t.Errorf("reason %q; want %q", got, fence.LossRefused)
-	}
-	if took > time.Second {
-		t.Errorf("loss noticed after %v; want within about one renew interval (50ms)", took)
-	}
-	if !errors.Is(context.Cause(l.Context()), fence.ErrLost) {
-		t.Errorf("context cause %v; want ErrLost", context.Cause(l.Context()))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		h := newHooked()
+		c := fence.New(h, fence.WithTTL(3*time.Second), fence.WithRenewInterval(50*time.Millisecond))
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Delete("k")
+		took := waitDone(t, l, 2*time.Second)
+		if got := lossReason(t, l); got != fence.LossRefused {
+			t.Errorf("reason %q; want %q", got, fence.LossRefused)
+		}
+		if took != 50*time.Millisecond {
+			t.Errorf("loss noticed after %v; want at the next renewal (50ms)", took)
+		}
+		if !errors.Is(context.Cause(l.Context()), fence.ErrLost) {
+			t.Errorf("context cause %v; want ErrLost", context.Cause(l.Context()))
+		}
+	})
 }
 
 func TestSessionLossLosesAtOnce(t *testing.T) {
 	for _, notify := range []bool{false, true} {
 		t.Run(fmt.Sprintf("LossNotifier=%v", notify), func(t *testing.T) {
-			ctx := ctxT(t)
-			h := newHooked()
-			h.sessionLost = make(chan error, 1)
-			h.notifyLost = notify
-			c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
-			l, err := c.TryAcquire(ctx, "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.sessionLost <- errors.New("connection terminated by administrator")
-			waitDone(t, l, 2*time.Second)
-			if got := lossReason(t, l); got != fence.LossSession {
-				t.Errorf("reason %q; want %q", got, fence.LossSession)
-			}
-			if !strings.Contains(l.Err().Error(), "terminated by administrator") {
-				t.Errorf("cause %q does not carry the driver's error", l.Err())
-			}
-			if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
-				t.Errorf("Release after the loss: %v; want ErrLost", err)
-			}
-			// A released lease whose driver reports a loss late stays
-			// released.
-			l2, err := c.TryAcquire(ctx, "k2")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l2.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if !errors.Is(l2.Err(), fence.ErrReleased) {
-				t.Errorf("released lease's cause %v; want ErrReleased", l2.Err())
-			}
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				h := newHooked()
+				h.sessionLost = make(chan error, 1)
+				h.notifyLost = notify
+				c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
+				l, err := c.TryAcquire(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.sessionLost <- errors.New("connection terminated by administrator")
+				if took := waitDone(t, l, 2*time.Second); took != 0 {
+					t.Errorf("loss noticed after %v; want at once", took)
+				}
+				if got := lossReason(t, l); got != fence.LossSession {
+					t.Errorf("reason %q; want %q", got, fence.LossSession)
+				}
+				if !strings.Contains(l.Err().Error(), "terminated by administrator") {
+					t.Errorf("cause %q does not carry the driver's error", l.Err())
+				}
+				if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+					t.Errorf("Release after the loss: %v; want ErrLost", err)
+				}
+				// A released lease whose driver reports a loss late stays
+				// released.
+				l2, err := c.TryAcquire(ctx, "k2")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l2.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if !errors.Is(l2.Err(), fence.ErrReleased) {
+					t.Errorf("released lease's cause %v; want ErrReleased", l2.Err())
+				}
+			})
 		})
 	}
 }
 
 func TestLateAcquireReplyIsNeverHeld(t *testing.T) {
-	ctx := ctxT(t)
-	h := newHooked()
-	h.replyDelay = 150 * time.Millisecond // longer than the TTL below
-	c := fence.New(h, fence.WithTTL(100*time.Millisecond))
-	l, err := c.TryAcquire(ctx, "k")
-	if err == nil {
-		t.Fatalf("TryAcquire whose reply came after the TTL returned a lease (token %d)", l.Token())
-	}
-	if !errors.Is(err, fence.ErrLost) {
-		t.Errorf("TryAcquire with a late reply: %v; want ErrLost", err)
-	}
-	if h.releases.Load() != 1 {
-		t.Errorf("the late claim was released %d times; want once", h.releases.Load())
-	}
-	// Acquire keeps trying until a reply comes in time.
-	var n atomic.Int32
-	h.mu.Lock()
-	h.acquireHook = func(context.Context) error {
-		if n.Add(1) > 2 {
-			h.mu.Lock()
-			h.replyDelay = 0 // takes effect from the next attempt
-			h.mu.Unlock()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		h := newHooked()
+		h.replyDelay = 150 * time.Millisecond // longer than the TTL below
+		c := fence.New(h, fence.WithTTL(100*time.Millisecond))
+		l, err := c.TryAcquire(ctx, "k")
+		if err == nil {
+			t.Fatalf("TryAcquire whose reply came after the TTL returned a lease (token %d)", l.Token())
 		}
-		return nil
-	}
-	h.mu.Unlock()
-	l, err = c.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Token() < 3 {
-		t.Errorf("token %d; the late grants should have used earlier tokens", l.Token())
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+		if !errors.Is(err, fence.ErrLost) {
+			t.Errorf("TryAcquire with a late reply: %v; want ErrLost", err)
+		}
+		if h.releases.Load() != 1 {
+			t.Errorf("the late claim was released %d times; want once", h.releases.Load())
+		}
+		// Acquire keeps trying until a reply comes in time.
+		var n atomic.Int32
+		h.mu.Lock()
+		h.acquireHook = func(context.Context) error {
+			if n.Add(1) > 2 {
+				h.mu.Lock()
+				h.replyDelay = 0 // takes effect from the next attempt
+				h.mu.Unlock()
+			}
+			return nil
+		}
+		h.mu.Unlock()
+		l, err = c.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token() < 3 {
+			t.Errorf("token %d; the late grants should have used earlier tokens", l.Token())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestWithoutRenewalAndManualRenew(t *testing.T) {
-	ctx := ctxT(t)
-	store := fencemem.New()
-	c := fence.New(store, fence.WithTTL(300*time.Millisecond), fence.WithoutRenewal())
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 4 {
-		time.Sleep(150 * time.Millisecond)
-		if err := l.Renew(ctx); err != nil {
-			t.Fatalf("manual Renew: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := fencemem.New()
+		c := fence.New(store, fence.WithTTL(300*time.Millisecond), fence.WithoutRenewal())
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := l.Err(); err != nil {
-		t.Fatalf("manually renewed lease lost: %v", err)
-	}
-	waitDone(t, l, 2*time.Second)
-	if got := lossReason(t, l); got != fence.LossExpired {
-		t.Errorf("reason %q; want %q", got, fence.LossExpired)
-	}
-	if err := l.Renew(ctx); !errors.Is(err, fence.ErrLost) {
-		t.Errorf("Renew after loss: %v; want ErrLost", err)
-	}
+		for range 4 {
+			time.Sleep(150 * time.Millisecond)
+			if err := l.Renew(ctx); err != nil {
+				t.Fatalf("manual Renew: %v", err)
+			}
+		}
+		if err := l.Err(); err != nil {
+			t.Fatalf("manually renewed lease lost: %v", err)
+		}
+		waitDone(t, l, 2*time.Second)
+		if got := lossReason(t, l); got != fence.LossExpired {
+			t.Errorf("reason %q; want %q", got, fence.LossExpired)
+		}
+		if err := l.Renew(ctx); !errors.Is(err, fence.ErrLost) {
+			t.Errorf("Renew after loss: %v; want ErrLost", err)
+		}
+	})
 }
 
 func TestAcquirePollingWakesAtReportedExpiry(t *testing.T) {
-	ctx := ctxT(t)
-	store := fencemem.New()
-	// A driver without Watcher: waiting falls back to polling, which must
-	// wake when the holder's lease expires rather than at a fixed step.
-	drv := struct {
-		fence.Driver
-		fence.Inspector
-	}{store, store}
-	c := fence.New(drv, fence.WithTTL(400*time.Millisecond))
-	l, err := c.TryAcquire(ctx, "k", fence.WithoutRenewal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	l2, err := c.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > 1500*time.Millisecond {
-		t.Errorf("waiter took %v to get a key that expired after 400ms", took)
-	}
-	if l2.Token() <= l.Token() {
-		t.Errorf("token %d after %d", l2.Token(), l.Token())
-	}
-	l2.Release(ctx)
-	l.Release(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := fencemem.New()
+		// A driver without Watcher: waiting falls back to polling, which must
+		// wake when the holder's lease expires rather than at a fixed step.
+		drv := struct {
+			fence.Driver
+			fence.Inspector
+		}{store, store}
+		c := fence.New(drv, fence.WithTTL(400*time.Millisecond))
+		l, err := c.TryAcquire(ctx, "k", fence.WithoutRenewal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		l2, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// It wakes at the expiry the store reported, plus a millisecond.
+		if took := time.Since(start); took != 401*time.Millisecond {
+			t.Errorf("waiter took %v to get a key that expired after 400ms; want 401ms", took)
+		}
+		if l2.Token() <= l.Token() {
+			t.Errorf("token %d after %d", l2.Token(), l.Token())
+		}
+		l2.Release(ctx)
+		l.Release(ctx)
+	})
 }
 
 func TestWaitTimeoutReportsHolder(t *testing.T) {
@@ -589,51 +606,54 @@ func (q *queued) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 }
 
 func TestBlockingWaitLongerThanTTLIsConfirmedByExtend(t *testing.T) {
-	ctx := ctxT(t)
-	q := &queued{hooked: newHooked(), wait: 300 * time.Millisecond}
-	var extends atomic.Int32
-	q.setExtend(func(ctx context.Context, next func() error) error {
-		extends.Add(1)
-		return next()
-	})
-	c := fence.New(q, fence.WithTTL(200*time.Millisecond))
-	l, err := c.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatalf("Acquire after a queued wait longer than the TTL: %v", err)
-	}
-	defer l.Release(ctx)
-	if n := q.releases.Load(); n != 0 {
-		t.Errorf("the grant was released %d times as late; want it confirmed by Extend", n)
-	}
-	if extends.Load() == 0 {
-		t.Errorf("no Extend confirmed the grant of a long wait")
-	}
-	if v := l.ValidFor(); v < 100*time.Millisecond {
-		t.Errorf("ValidFor() = %v right after the grant; validity must be measured from the confirming Extend", v)
-	}
-	if l.Token() != 1 {
-		t.Errorf("token %d; want 1 (one grant)", l.Token())
-	}
-
-	// A grant the store no longer holds by the time it is confirmed is
-	// dropped, and the wait goes on.
-	q2 := &queued{hooked: newHooked(), wait: 300 * time.Millisecond}
-	var refused atomic.Bool
-	q2.setExtend(func(ctx context.Context, next func() error) error {
-		if refused.CompareAndSwap(false, true) {
-			return fence.ErrNotHeld
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		q := &queued{hooked: newHooked(), wait: 300 * time.Millisecond}
+		var extends atomic.Int32
+		q.setExtend(func(ctx context.Context, next func() error) error {
+			extends.Add(1)
+			return next()
+		})
+		c := fence.New(q, fence.WithTTL(200*time.Millisecond))
+		l, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("Acquire after a queued wait longer than the TTL: %v", err)
 		}
-		return next()
+		defer l.Release(ctx)
+		if n := q.releases.Load(); n != 0 {
+			t.Errorf("the grant was released %d times as late; want it confirmed by Extend", n)
+		}
+		if extends.Load() == 0 {
+			t.Errorf("no Extend confirmed the grant of a long wait")
+		}
+		// TTL minus margin (2% + 5ms = 9ms), from the confirming Extend.
+		if v := l.ValidFor(); v != 191*time.Millisecond {
+			t.Errorf("ValidFor() = %v right after the grant; want 191ms, measured from the confirming Extend", v)
+		}
+		if l.Token() != 1 {
+			t.Errorf("token %d; want 1 (one grant)", l.Token())
+		}
+
+		// A grant the store no longer holds by the time it is confirmed is
+		// dropped, and the wait goes on.
+		q2 := &queued{hooked: newHooked(), wait: 300 * time.Millisecond}
+		var refused atomic.Bool
+		q2.setExtend(func(ctx context.Context, next func() error) error {
+			if refused.CompareAndSwap(false, true) {
+				return fence.ErrNotHeld
+			}
+			return next()
+		})
+		c2 := fence.New(q2, fence.WithTTL(200*time.Millisecond))
+		l2, err := c2.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2.Token() != 2 || q2.releases.Load() != 1 {
+			t.Errorf("token %d after %d releases; want the refused grant released and a second grant (token 2)", l2.Token(), q2.releases.Load())
+		}
+		_ = l2.Release(ctx)
 	})
-	c2 := fence.New(q2, fence.WithTTL(200*time.Millisecond))
-	l2, err := c2.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l2.Token() != 2 || q2.releases.Load() != 1 {
-		t.Errorf("token %d after %d releases; want the refused grant released and a second grant (token 2)", l2.Token(), q2.releases.Load())
-	}
-	_ = l2.Release(ctx)
 }
 
 // A call's options belong to that call's lease alone: a lease made with

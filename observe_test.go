@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -139,300 +142,327 @@ var (
 )
 
 func TestMetricsAndSpansNormalRun(t *testing.T) {
-	ctx := ctxT(t)
-	tel := newTelemetry(t)
-	c := fence.New(fencemem.New(), append(tel.options(), fence.WithTTL(300*time.Millisecond))...)
-	err := c.Run(ctx, "job", func(ctx context.Context, l *fence.Lease) error {
-		if got := tel.sum(t, "fence.leases.held", storeMem); got != 1 {
-			t.Errorf("leases held during Run = %d; want 1", got)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		c := fence.New(fencemem.New(), append(tel.options(), fence.WithTTL(300*time.Millisecond))...)
+		err := c.Run(ctx, "job", func(ctx context.Context, l *fence.Lease) error {
+			if got := tel.sum(t, "fence.leases.held", storeMem); got != 1 {
+				t.Errorf("leases held during Run = %d; want 1", got)
+			}
+			time.Sleep(250 * time.Millisecond) // two renewals at TTL/3
+			if age := tel.gauge(t, "fence.lease.age")[""]; age < 0.2 {
+				t.Errorf("fence.lease.age while held 250ms = %v; want >= 0.2", age)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(250 * time.Millisecond) // two renewals at TTL/3
-		if age := tel.gauge(t, "fence.lease.age")[""]; age < 0.2 {
-			t.Errorf("fence.lease.age while held 250ms = %v; want >= 0.2", age)
+		if got := tel.sum(t, "fence.acquire.duration", storeMem, acquired); got != 1 {
+			t.Errorf("acquisitions recorded = %d; want 1", got)
 		}
-		return nil
+		if got := tel.sum(t, "fence.leases.held", storeMem); got != 0 {
+			t.Errorf("leases held after Run = %d; want 0", got)
+		}
+		if got := tel.sum(t, "fence.renewals", attribute.String("outcome", "ok")); got < 1 {
+			t.Errorf("renewals recorded = %d; want at least 1", got)
+		}
+		if got := tel.sum(t, "fence.releases", attribute.String("outcome", "ok")); got != 1 {
+			t.Errorf("releases recorded = %d; want 1", got)
+		}
+		if got := tel.sum(t, "fence.losses"); got != 0 {
+			t.Errorf("losses recorded = %d; want 0", got)
+		}
+		if age := tel.gauge(t, "fence.lease.age"); age[""] != 0 {
+			t.Errorf("fence.lease.age with no lease held = %v; want 0", age)
+		}
+		s := tel.span(t, "fence.acquire", "acquired")
+		if attrOf(s, "fence.key").AsString() != "job" || attrOf(s, "fence.token").AsInt64() != 1 {
+			t.Errorf("acquire span attributes %v", s.Attributes())
+		}
+		tel.span(t, "fence.renew", "ok")
+		tel.span(t, "fence.release", "ok")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := tel.sum(t, "fence.acquire.duration", storeMem, acquired); got != 1 {
-		t.Errorf("acquisitions recorded = %d; want 1", got)
-	}
-	if got := tel.sum(t, "fence.leases.held", storeMem); got != 0 {
-		t.Errorf("leases held after Run = %d; want 0", got)
-	}
-	if got := tel.sum(t, "fence.renewals", attribute.String("outcome", "ok")); got < 1 {
-		t.Errorf("renewals recorded = %d; want at least 1", got)
-	}
-	if got := tel.sum(t, "fence.releases", attribute.String("outcome", "ok")); got != 1 {
-		t.Errorf("releases recorded = %d; want 1", got)
-	}
-	if got := tel.sum(t, "fence.losses"); got != 0 {
-		t.Errorf("losses recorded = %d; want 0", got)
-	}
-	if age := tel.gauge(t, "fence.lease.age"); age[""] != 0 {
-		t.Errorf("fence.lease.age with no lease held = %v; want 0", age)
-	}
-	s := tel.span(t, "fence.acquire", "acquired")
-	if attrOf(s, "fence.key").AsString() != "job" || attrOf(s, "fence.token").AsInt64() != 1 {
-		t.Errorf("acquire span attributes %v", s.Attributes())
-	}
-	tel.span(t, "fence.renew", "ok")
-	tel.span(t, "fence.release", "ok")
 }
 
 func TestMetricsWaitAndHeld(t *testing.T) {
-	ctx := ctxT(t)
-	tel := newTelemetry(t)
-	store := fencemem.New()
-	holder := fence.New(store)
-	c := fence.New(store, tel.options()...)
-	l, err := holder.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.TryAcquire(ctx, "k"); !errors.Is(err, fence.ErrHeld) {
-		t.Fatal(err)
-	}
-	time.AfterFunc(100*time.Millisecond, func() { l.Release(ctx) })
-	l2, err := c.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2.Release(ctx)
-	if got := tel.sum(t, "fence.acquire.duration", heldOut); got != 1 {
-		t.Errorf("held outcomes = %d; want 1", got)
-	}
-	if got := tel.sum(t, "fence.acquire.wait", acquired); got != 1 {
-		t.Errorf("waits recorded = %d; want 1 (the Acquire that waited)", got)
-	}
-	tel.span(t, "fence.acquire", "held")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		store := fencemem.New()
+		holder := fence.New(store)
+		c := fence.New(store, tel.options()...)
+		l, err := holder.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TryAcquire(ctx, "k"); !errors.Is(err, fence.ErrHeld) {
+			t.Fatal(err)
+		}
+		time.AfterFunc(100*time.Millisecond, func() { l.Release(ctx) })
+		l2, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l2.Release(ctx)
+		if got := tel.sum(t, "fence.acquire.duration", heldOut); got != 1 {
+			t.Errorf("held outcomes = %d; want 1", got)
+		}
+		if got := tel.sum(t, "fence.acquire.wait", acquired); got != 1 {
+			t.Errorf("waits recorded = %d; want 1 (the Acquire that waited)", got)
+		}
+		tel.span(t, "fence.acquire", "held")
+	})
 }
 
 // A waiter shows in fence.acquire.waiting while it waits, and its acquire
 // span says that it waited, on whom, and for how long.
 func TestMetricsAndSpansOfAWait(t *testing.T) {
-	ctx := ctxT(t)
-	tel := newTelemetry(t)
-	store := fencemem.New()
-	holder := fence.New(store)
-	c := fence.New(store, tel.options()...)
-	l, err := holder.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *fence.Lease, 1)
-	go func() {
-		l2, err := c.Acquire(ctx, "k")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		store := fencemem.New()
+		holder := fence.New(store)
+		c := fence.New(store, tel.options()...)
+		l, err := holder.TryAcquire(ctx, "k")
 		if err != nil {
-			t.Error(err)
+			t.Fatal(err)
 		}
-		got <- l2
-	}()
-	eventually(t, func() bool { return tel.sum(t, "fence.acquire.waiting", storeMem) == 1 })
-	if n := tel.sum(t, "fence.acquire.duration"); n != 0 {
-		t.Errorf("acquisitions recorded while still waiting = %d; want 0", n)
-	}
-	l.Release(ctx)
-	l2 := <-got
-	if l2 == nil {
-		t.FailNow()
-	}
-	defer l2.Release(ctx)
-	if n := tel.sum(t, "fence.acquire.waiting"); n != 0 {
-		t.Errorf("waiting after the wait = %d; want 0", n)
-	}
-	if n := tel.sum(t, "fence.acquire.wait", storeMem, acquired); n != 1 {
-		t.Errorf("waits recorded = %d; want 1", n)
-	}
-	if n := tel.sum(t, "fence.leases.held"); n != 1 {
-		t.Errorf("leases held = %d; want 1", n)
-	}
-	s := tel.span(t, "fence.acquire", "acquired")
-	if attrOf(s, "fence.token").AsInt64() != l2.Token() || !attrOf(s, "fence.wait").AsBool() {
-		t.Errorf("acquire span attributes %v", s.Attributes())
-	}
-	if d := attrOf(s, "fence.wait.duration").AsFloat64(); d <= 0 {
-		t.Errorf("acquire span fence.wait.duration = %v; want > 0", d)
-	}
-	var sawWait bool
-	for _, e := range s.Events() {
-		if e.Name == "fence.wait" {
-			sawWait = true
-			for _, kv := range e.Attributes {
-				if kv.Key == "fence.holder.token" && kv.Value.AsInt64() != l.Token() {
-					t.Errorf("wait event names holder token %d; want %d", kv.Value.AsInt64(), l.Token())
+		got := make(chan *fence.Lease, 1)
+		go func() {
+			l2, err := c.Acquire(ctx, "k")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l2
+		}()
+		synctest.Wait() // the waiter waits
+		if n := tel.sum(t, "fence.acquire.waiting", storeMem); n != 1 {
+			t.Errorf("waiting while one Acquire waits = %d; want 1", n)
+		}
+		if n := tel.sum(t, "fence.acquire.duration"); n != 0 {
+			t.Errorf("acquisitions recorded while still waiting = %d; want 0", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+		l.Release(ctx)
+		l2 := <-got
+		if l2 == nil {
+			t.FailNow()
+		}
+		defer l2.Release(ctx)
+		if n := tel.sum(t, "fence.acquire.waiting"); n != 0 {
+			t.Errorf("waiting after the wait = %d; want 0", n)
+		}
+		if n := tel.sum(t, "fence.acquire.wait", storeMem, acquired); n != 1 {
+			t.Errorf("waits recorded = %d; want 1", n)
+		}
+		if n := tel.sum(t, "fence.leases.held"); n != 1 {
+			t.Errorf("leases held = %d; want 1", n)
+		}
+		s := tel.span(t, "fence.acquire", "acquired")
+		if attrOf(s, "fence.token").AsInt64() != l2.Token() || !attrOf(s, "fence.wait").AsBool() {
+			t.Errorf("acquire span attributes %v", s.Attributes())
+		}
+		if d := attrOf(s, "fence.wait.duration").AsFloat64(); d != 0.1 {
+			t.Errorf("acquire span fence.wait.duration = %v; want 0.1", d)
+		}
+		var sawWait bool
+		for _, e := range s.Events() {
+			if e.Name == "fence.wait" {
+				sawWait = true
+				for _, kv := range e.Attributes {
+					if kv.Key == "fence.holder.token" && kv.Value.AsInt64() != l.Token() {
+						t.Errorf("wait event names holder token %d; want %d", kv.Value.AsInt64(), l.Token())
+					}
 				}
 			}
 		}
-	}
-	if !sawWait {
-		t.Errorf("acquire span has no fence.wait event: %v", s.Events())
-	}
+		if !sawWait {
+			t.Errorf("acquire span has no fence.wait event: %v", s.Events())
+		}
+	})
 }
 
 // A wait that ends without the lease (its context cancelled) is counted
 // as cancelled and leaves no waiter behind.
 func TestMetricsOfACancelledWait(t *testing.T) {
-	ctx := ctxT(t)
-	tel := newTelemetry(t)
-	store := fencemem.New()
-	l, err := fence.New(store).TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	c := fence.New(store, tel.options()...)
-	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if _, err := c.Acquire(wctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire = %v; want the context's deadline", err)
-	}
-	cancelled := attribute.String("outcome", "cancelled")
-	if n := tel.sum(t, "fence.acquire.wait", cancelled); n != 1 {
-		t.Errorf("cancelled waits = %d; want 1", n)
-	}
-	if n := tel.sum(t, "fence.acquire.waiting"); n != 0 {
-		t.Errorf("waiting after a cancelled wait = %d; want 0", n)
-	}
-	if s := tel.span(t, "fence.acquire", "cancelled"); s.Status().Code != codes.Error {
-		t.Errorf("cancelled acquire span status = %v; want Error", s.Status())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		store := fencemem.New()
+		l, err := fence.New(store).TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		c := fence.New(store, tel.options()...)
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if _, err := c.Acquire(wctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire = %v; want the context's deadline", err)
+		}
+		cancelled := attribute.String("outcome", "cancelled")
+		if n := tel.sum(t, "fence.acquire.wait", cancelled); n != 1 {
+			t.Errorf("cancelled waits = %d; want 1", n)
+		}
+		if n := tel.sum(t, "fence.acquire.waiting"); n != 0 {
+			t.Errorf("waiting after a cancelled wait = %d; want 0", n)
+		}
+		if s := tel.span(t, "fence.acquire", "cancelled"); s.Status().Code != codes.Error {
+			t.Errorf("cancelled acquire span status = %v; want Error", s.Status())
+		}
+	})
 }
 
 func TestMetricsAndLogOnForcedLoss(t *testing.T) {
-	ctx := ctxT(t)
-	tel := newTelemetry(t)
-	var logs syncBuffer
-	store := fencemem.New()
-	c := fence.New(store, append(tel.options(), fence.WithTTL(300*time.Millisecond),
-		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.Delete("k")
-	waitDone(t, l, 5*time.Second)
-	// The context is cancelled first; the records follow at once.
-	eventually(t, func() bool { return tel.sum(t, "fence.losses") == 1 && strings.Contains(logs.String(), "lease lost") })
-	if got := tel.sum(t, "fence.losses", attribute.String("reason", "refused")); got != 1 {
-		t.Errorf("losses (refused) = %d; want 1", got)
-	}
-	if got := tel.sum(t, "fence.leases.held"); got != 0 {
-		t.Errorf("leases held after loss = %d; want 0", got)
-	}
-	if got := tel.sum(t, "fence.renewals", attribute.String("outcome", "refused")); got != 1 {
-		t.Errorf("refused renewals = %d; want 1", got)
-	}
-	if !strings.Contains(logs.String(), "lease lost") || !strings.Contains(logs.String(), "reason=refused") {
-		t.Errorf("no loss log line with its cause; logs:\n%s", logs.String())
-	}
-	if got := tel.sum(t, "fence.lease.duration"); got != 1 {
-		t.Errorf("lease durations recorded = %d; want 1", got)
-	}
-	s := tel.span(t, "fence.renew", "refused")
-	if s.Status().Code != codes.Error || attrOf(s, "fence.token").AsInt64() != l.Token() {
-		t.Errorf("refused renew span: status %v, attributes %v", s.Status(), s.Attributes())
-	}
-	if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
-		t.Fatal(err)
-	}
-	if got := tel.sum(t, "fence.leases.held"); got != 0 {
-		t.Errorf("leases held after releasing a lost lease = %d; want 0", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		var logs syncBuffer
+		store := fencemem.New()
+		c := fence.New(store, append(tel.options(), fence.WithTTL(300*time.Millisecond),
+			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.Delete("k")
+		waitDone(t, l, 5*time.Second)
+		// The context is cancelled first; the records follow at once.
+		synctest.Wait()
+		if got := tel.sum(t, "fence.losses", attribute.String("reason", "refused")); got != 1 {
+			t.Errorf("losses (refused) = %d; want 1", got)
+		}
+		if got := tel.sum(t, "fence.leases.held"); got != 0 {
+			t.Errorf("leases held after loss = %d; want 0", got)
+		}
+		if got := tel.sum(t, "fence.renewals", attribute.String("outcome", "refused")); got != 1 {
+			t.Errorf("refused renewals = %d; want 1", got)
+		}
+		if !strings.Contains(logs.String(), "lease lost") || !strings.Contains(logs.String(), "reason=refused") {
+			t.Errorf("no loss log line with its cause; logs:\n%s", logs.String())
+		}
+		if got := tel.sum(t, "fence.lease.duration"); got != 1 {
+			t.Errorf("lease durations recorded = %d; want 1", got)
+		}
+		s := tel.span(t, "fence.renew", "refused")
+		if s.Status().Code != codes.Error || attrOf(s, "fence.token").AsInt64() != l.Token() {
+			t.Errorf("refused renew span: status %v, attributes %v", s.Status(), s.Attributes())
+		}
+		if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+			t.Fatal(err)
+		}
+		if got := tel.sum(t, "fence.leases.held"); got != 0 {
+			t.Errorf("leases held after releasing a lost lease = %d; want 0", got)
+		}
+	})
 }
 
 // A store that stops answering: renewals fail, are retried, and the lease
 // is lost when its validity runs out (reason expired).
 func TestMetricsAndLogOnExpiredLoss(t *testing.T) {
-	ctx := ctxT(t)
-	tel := newTelemetry(t)
-	var logs syncBuffer
-	store := newHooked()
-	c := fence.New(store, append(tel.options(), fence.WithTTL(300*time.Millisecond),
-		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.setExtend(func(context.Context, func() error) error { return errors.New("connection refused") })
-	waitDone(t, l, 5*time.Second)
-	eventually(t, func() bool { return tel.sum(t, "fence.losses") == 1 })
-	if got := tel.sum(t, "fence.losses", attribute.String("reason", "expired")); got != 1 {
-		t.Errorf("losses (expired) = %d; want 1", got)
-	}
-	if got := tel.sum(t, "fence.renewals", attribute.String("outcome", "error")); got < 1 {
-		t.Errorf("failed renewals = %d; want at least 1", got)
-	}
-	if got := tel.sum(t, "fence.leases.held"); got != 0 {
-		t.Errorf("leases held after loss = %d; want 0", got)
-	}
-	tel.span(t, "fence.renew", "error")
-	for _, want := range []string{"renewal failed; retrying", "lease lost", "reason=expired"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("no %q in the logs:\n%s", want, logs.String())
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		var logs syncBuffer
+		store := newHooked()
+		c := fence.New(store, append(tel.options(), fence.WithTTL(300*time.Millisecond),
+			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	l.Release(ctx)
+		store.setExtend(func(context.Context, func() error) error { return errors.New("connection refused") })
+		waitDone(t, l, 5*time.Second)
+		synctest.Wait()
+		if got := tel.sum(t, "fence.losses"); got != 1 {
+			t.Errorf("losses = %d; want 1", got)
+		}
+		if got := tel.sum(t, "fence.losses", attribute.String("reason", "expired")); got != 1 {
+			t.Errorf("losses (expired) = %d; want 1", got)
+		}
+		if got := tel.sum(t, "fence.renewals", attribute.String("outcome", "error")); got < 1 {
+			t.Errorf("failed renewals = %d; want at least 1", got)
+		}
+		if got := tel.sum(t, "fence.leases.held"); got != 0 {
+			t.Errorf("leases held after loss = %d; want 0", got)
+		}
+		tel.span(t, "fence.renew", "error")
+		for _, want := range []string{"renewal failed; retrying", "lease lost", "reason=expired"} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("no %q in the logs:\n%s", want, logs.String())
+			}
+		}
+		l.Release(ctx)
+	})
 }
 
 // A renewal that succeeds only just before the validity ends is logged.
 func TestWarnsWhenRenewalIsCloseToDeadline(t *testing.T) {
-	ctx := ctxT(t)
-	var logs syncBuffer
-	store := newHooked()
-	// The store answers each renewal a twelfth of the TTL before the
-	// validity ends: under the warning's sixth, with time to spare for a
-	// loaded machine.
-	const ttl = 1200 * time.Millisecond
-	tel := newTelemetry(t)
-	c := fence.New(store, append(tel.options(), fence.WithTTL(ttl),
-		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
-	store.setExtend(func(ctx context.Context, next func() error) error {
-		if dl, ok := ctx.Deadline(); ok {
-			time.Sleep(time.Until(dl) - ttl/12)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		var logs syncBuffer
+		store := newHooked()
+		// The store answers each renewal a twelfth of the TTL before the
+		// validity ends: under the warning's sixth.
+		const ttl = 1200 * time.Millisecond
+		tel := newTelemetry(t)
+		c := fence.New(store, append(tel.options(), fence.WithTTL(ttl),
+			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+		store.setExtend(func(ctx context.Context, next func() error) error {
+			if dl, ok := ctx.Deadline(); ok {
+				time.Sleep(time.Until(dl) - ttl/12)
+			}
+			return next()
+		})
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
 		}
-		return next()
+		defer l.Release(ctx)
+		time.Sleep(ttl) // the first renewal (at ttl/3) ends ttl/12 before the validity does
+		synctest.Wait()
+		if !strings.Contains(logs.String(), "close to the end of the lease's validity") {
+			t.Errorf("no warning of a late renewal; logs:\n%s", logs.String())
+		}
+		if n := tel.sum(t, "fence.renewals.late"); n < 1 {
+			t.Errorf("late renewals counted = %d; want at least 1", n)
+		}
 	})
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	eventually(t, func() bool { return strings.Contains(logs.String(), "close to the end of the lease's validity") })
-	if n := tel.sum(t, "fence.renewals.late"); n < 1 {
-		t.Errorf("late renewals counted = %d; want at least 1", n)
-	}
 }
 
 // With WithKeyAttribute, fence.lease.age is per key; Close stops it.
 func TestLeaseAgeByKey(t *testing.T) {
-	ctx := ctxT(t)
-	tel := newTelemetry(t)
-	c := fence.New(fencemem.New(), append(tel.options(), fence.WithKeyAttribute())...)
-	a, err := c.TryAcquire(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	if _, err := c.TryAcquire(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	age := tel.gauge(t, "fence.lease.age")
-	if len(age) != 2 || age["a"] < 0.1 || age["b"] >= age["a"] {
-		t.Errorf("fence.lease.age by key = %v; want a >= 0.1s, b younger", age)
-	}
-	a.Release(ctx)
-	if age := tel.gauge(t, "fence.lease.age"); len(age) != 1 || age["b"] <= 0 {
-		t.Errorf("fence.lease.age after releasing a = %v; want b only", age)
-	}
-	if got := tel.sum(t, "fence.lease.duration", attribute.String("fence.key", "a")); got != 1 {
-		t.Errorf("fence.lease.duration for a = %d; want 1", got)
-	}
-	c.Close(ctx)
-	if age := tel.gauge(t, "fence.lease.age"); len(age) != 0 {
-		t.Errorf("fence.lease.age after Close = %v; want nothing", age)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		c := fence.New(fencemem.New(), append(tel.options(), fence.WithKeyAttribute())...)
+		a, err := c.TryAcquire(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if _, err := c.TryAcquire(ctx, "b"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		age := tel.gauge(t, "fence.lease.age")
+		if len(age) != 2 || age["a"] != 0.15 || age["b"] != 0.05 {
+			t.Errorf("fence.lease.age by key = %v; want a 0.15s, b 0.05s", age)
+		}
+		a.Release(ctx)
+		if age := tel.gauge(t, "fence.lease.age"); len(age) != 1 || age["b"] != 0.05 {
+			t.Errorf("fence.lease.age after releasing a = %v; want b only, 0.05s", age)
+		}
+		if got := tel.sum(t, "fence.lease.duration", attribute.String("fence.key", "a")); got != 1 {
+			t.Errorf("fence.lease.duration for a = %d; want 1", got)
+		}
+		c.Close(ctx)
+		if age := tel.gauge(t, "fence.lease.age"); len(age) != 0 {
+			t.Errorf("fence.lease.age after Close = %v; want nothing", age)
+		}
+	})
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger's goroutines.
@@ -451,17 +481,6 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestGuardMetricsCountRefusals(t *testing.T) {
@@ -521,62 +540,82 @@ func TestGuardRefusalIsASpanEvent(t *testing.T) {
 }
 
 func TestWarnsWhenWorkRepeatedlyOutlastsTTL(t *testing.T) {
-	ctx := ctxT(t)
-	var logs syncBuffer
-	c := fence.New(fencemem.New(), fence.WithTTL(300*time.Millisecond),
-		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	for i := range 2 {
-		if err := c.Run(ctx, "slow", func(context.Context, *fence.Lease) error {
-			time.Sleep(500 * time.Millisecond)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		var logs syncBuffer
+		c := fence.New(fencemem.New(), fence.WithTTL(300*time.Millisecond),
+			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		for i := range 2 {
+			if err := c.Run(ctx, "slow", func(context.Context, *fence.Lease) error {
+				time.Sleep(500 * time.Millisecond)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 && strings.Contains(logs.String(), "longer than its TTL") {
+				t.Errorf("warned after a single long hold")
+			}
 		}
-		if i == 0 && strings.Contains(logs.String(), "longer than its TTL") {
-			t.Errorf("warned after a single long hold")
+		if !strings.Contains(logs.String(), "repeatedly held longer than its TTL") {
+			t.Errorf("no warning after two holds longer than the TTL; logs:\n%s", logs.String())
 		}
-	}
-	if !strings.Contains(logs.String(), "repeatedly held longer than its TTL") {
-		t.Errorf("no warning after two holds longer than the TTL; logs:\n%s", logs.String())
-	}
+	})
 }
 
 // Holders say when they acquired the key: the granted attempt, not the
 // start of the wait before it.
 func TestHolderMetaSaysWhenAcquired(t *testing.T) {
-	ctx := ctxT(t)
-	store := fencemem.New()
-	c := fence.New(store)
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.AfterFunc(time.Second, func() { l.Release(ctx) })
-	l2, err := c.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Release(ctx)
-	h, err := c.Inspect(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	at, err := time.Parse(time.RFC3339Nano, h.Meta["acquired_at"])
-	if err != nil {
-		t.Fatalf("acquired_at %q: %v", h.Meta["acquired_at"], err)
-	}
-	if d := l2.AcquiredAt().Sub(at); d < 0 || d > 800*time.Millisecond {
-		t.Errorf("acquired_at %v is %v before the grant; want the granted attempt's time", at, d)
-	}
-	if h.Meta["host"] == "" || h.Meta["pid"] == "" {
-		t.Errorf("meta %v lacks host or pid", h.Meta)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := fencemem.New()
+		c := fence.New(store)
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(time.Second, func() { l.Release(ctx) })
+		l2, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l2.Release(ctx)
+		h, err := c.Inspect(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := time.Parse(time.RFC3339Nano, h.Meta["acquired_at"])
+		if err != nil {
+			t.Fatalf("acquired_at %q: %v", h.Meta["acquired_at"], err)
+		}
+		if d := l2.AcquiredAt().Sub(at); d < 0 || d > 800*time.Millisecond {
+			t.Errorf("acquired_at %v is %v before the grant; want the granted attempt's time", at, d)
+		}
+		if h.Meta["host"] == "" || h.Meta["pid"] == "" {
+			t.Errorf("meta %v lacks host or pid", h.Meta)
+		}
+	})
 }
 
 // A Client made before an SDK is installed as the global tracer and meter
 // provider records nothing until then, and everything after: fence skips
 // the spans while they would go nowhere, and must notice the SDK.
+//
+// otel's default global providers hand over to the first SDK installed,
+// once per process, and no SDK can be uninstalled after: so the test runs
+// in a process of its own, where no SDK was installed before it, also
+// under go test -count=N, and leaves this process's globals alone.
 func TestGlobalProvidersInstalledAfterNew(t *testing.T) {
+	const env = "FENCE_TEST_GLOBAL_OTEL_CHILD"
+	if os.Getenv(env) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestGlobalProvidersInstalledAfterNew$", "-test.count=1", "-test.v")
+		// Without the race detector's one-second sleep at exit.
+		cmd.Env = append(os.Environ(), env+"=1", "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestGlobalProvidersInstalledAfterNew") {
+			t.Fatalf("in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
 	ctx := context.Background()
 	c := fence.New(fencemem.New(), fence.WithTTL(10*time.Second))
 	l, err := c.Acquire(ctx, "before")

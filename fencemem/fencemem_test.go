@@ -3,6 +3,7 @@ package fencemem_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -40,41 +41,40 @@ func TestConformance(t *testing.T) {
 }
 
 func TestWaitersCountsWaitingAcquires(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	store := fencemem.New()
-	c := fence.New(store)
-	l, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	for range 2 {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			c.Acquire(wctx, "k")
-		}()
-	}
-	waiters := func() int {
-		n, err := store.Waiters(ctx, "k")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := fencemem.New()
+		c := fence.New(store)
+		l, err := c.TryAcquire(ctx, "k")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
-	}
-	for deadline := time.Now().Add(10 * time.Second); waiters() != 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Waiters = %d with two Acquires waiting; want 2", waiters())
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		for range 2 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				c.Acquire(wctx, "k")
+			}()
 		}
-	}
-	stop()
-	<-done
-	<-done
-	for deadline := time.Now().Add(10 * time.Second); waiters() != 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Waiters = %d after the waits ended; want 0", waiters())
+		waiters := func() int {
+			n, err := store.Waiters(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
 		}
-	}
-	l.Release(ctx)
+		synctest.Wait() // both Acquires wait
+		if n := waiters(); n != 2 {
+			t.Errorf("Waiters = %d with two Acquires waiting; want 2", n)
+		}
+		stop()
+		<-done
+		<-done
+		synctest.Wait() // the watches' cleanups ran
+		if n := waiters(); n != 0 {
+			t.Errorf("Waiters = %d after the waits ended; want 0", n)
+		}
+		l.Release(ctx)
+	})
 }
