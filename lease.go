@@ -248,8 +248,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 // may then have overlapped another holder's, so such a release is no
 // success; fence logs the loss as it logs every other. A later Release
 // of a lease found lost returns the same *LostError; one of a lease
-// released without loss returns an error matching ErrReleased. All of
-// these are harmless to other holders.
+// released without loss returns an error matching ErrReleased. (The
+// context's cause, and Err, stay ErrReleased for a loss found by the
+// release: the context ends before the store is asked.) All of these
+// are harmless to other holders.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.ended {
@@ -273,7 +275,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.ended = true
 	l.unscheduleLocked()
-	l.released = releasedError{key: l.key, token: l.token}
+	l.released = releasedError{lease: l}
 	l.cancel(&l.released)
 	l.mu.Unlock()
 
@@ -435,14 +437,14 @@ func (l *Lease) lose(reason LossReason, err error) {
 
 // releasedError is the cause of a released lease's context: it matches
 // ErrReleased. Its message is made only when asked for, as Release runs
-// on every lease.
+// on every lease. It points at its lease for the key and token, rather
+// than copying them, to keep the Lease small.
 type releasedError struct {
-	key   string
-	token int64
+	lease *Lease
 }
 
 func (e *releasedError) Error() string {
-	return fmt.Sprintf("%v: %q (token %d)", ErrReleased, e.key, e.token)
+	return fmt.Sprintf("%v: %q (token %d)", ErrReleased, e.lease.key, e.lease.token)
 }
 
 func (e *releasedError) Unwrap() error { return ErrReleased }
