@@ -371,8 +371,9 @@ func (s *Store) Advance(d time.Duration) {
 }
 
 // Delete removes key's lease behind its holder's back, as an operator or a
-// store failure might. The holder learns at its next renewal. It reports
-// whether there was a lease.
+// store failure might. The holder learns at its next renewal, or at its
+// release if that comes first (Release then returns a *fence.LostError).
+// It reports whether there was a lease.
 func (s *Store) Delete(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
