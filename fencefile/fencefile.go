@@ -28,6 +28,16 @@
 // The store works only between processes of one host, on a local file
 // system: not over NFS or other network file systems, whose locks are
 // unreliable. See docs/file.md.
+//
+// # Permissions
+//
+// A lock file names its holder, and whoever can open it can block its key
+// with a shared lock. Files are therefore made 0600, whatever the umask,
+// or in a directory shared with its group (group-writable or setgid, such
+// as 2770) with the directory's group and its group read and write bits;
+// never with any access for others. New refuses a directory other users
+// may write to, and an acquisition tightens a file found with a looser
+// mode. See docs/file.md for sharing a store between users.
 package fencefile
 
 import (
@@ -40,6 +50,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fencing/fence"
@@ -49,7 +60,8 @@ import (
 // granted lease holds its own), needs no closing, and is safe for
 // concurrent use.
 type Store struct {
-	dir string
+	dir    string
+	access dirAccess
 }
 
 var (
@@ -60,7 +72,10 @@ var (
 
 // New returns a Store over the directory dir, creating it (mode 0700, and
 // any missing parents) if it does not exist. It fails if dir is not a
-// directory or this process cannot create files in it.
+// directory, if this process cannot create files in it, or if other users
+// may write to it. Files are made with the directory's group, its group
+// read and write bits and no access for others: 0600 in a private
+// directory, 0660 in a group-shared one (2770); see docs/file.md.
 func New(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("fencefile: empty directory name")
@@ -79,10 +94,14 @@ func New(dir string) (*Store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("fencefile: store directory %s is not a directory", abs)
 	}
+	access, err := checkDir(abs, fi)
+	if err != nil {
+		return nil, fmt.Errorf("fencefile: %w", err)
+	}
 	if err := checkWritable(abs); err != nil {
 		return nil, fmt.Errorf("fencefile: store directory %s is not usable: %w", abs, err)
 	}
-	return &Store{dir: abs}, nil
+	return &Store{dir: abs, access: access}, nil
 }
 
 // Dir returns the store's directory, as an absolute path.
@@ -136,14 +155,9 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	// The loop retries only if the lock file was replaced or deleted
 	// between our open and our lock (by Break, or by hand).
 	for attempt := 0; ; attempt++ {
-		f, created, err := openLockFile(path)
+		f, err := s.openFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("fencefile: acquire %q: %w", req.Key, err)
-		}
-		if created {
-			// Make the new file's name durable, so that its token counter
-			// cannot vanish with a crash of the host.
-			syncDir(s.dir)
 		}
 		ok, err := tryLock(f)
 		if err != nil {
@@ -226,20 +240,54 @@ func (s *Store) peek(path, key string) (*fence.Holder, bool) {
 	return heldBy(f, key), true
 }
 
-// openLockFile opens path for reading and writing, creating it if needed.
+// openFile opens one of the store's files at path for reading and writing,
+// creating it if needed with the store's file mode (whatever the umask).
+// It does not follow a symbolic link, and refuses anything but a regular
+// file. An existing file with another mode is given the store's, if this
+// process may change it; one that grants more than the store's mode and
+// that this process may not change is refused.
+//
 // The descriptor is close-on-exec (os.OpenFile always asks for it), so a
 // held lock never leaks into a child process.
-func openLockFile(path string) (f *os.File, created bool, err error) {
-	f, err = os.OpenFile(path, os.O_RDWR, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-		if errors.Is(err, fs.ErrExist) { // created by someone else meanwhile
-			f, err = os.OpenFile(path, os.O_RDWR, 0)
-		} else if err == nil {
+func (s *Store) openFile(path string) (*os.File, error) {
+	const flags = os.O_RDWR | syscall.O_NOFOLLOW
+	var (
+		f       *os.File
+		err     error
+		created bool
+	)
+	for attempt := 0; ; attempt++ {
+		f, err = os.OpenFile(path, flags, 0)
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		f, err = os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL, s.access.filePerm)
+		if err == nil {
 			created = true
+			break
+		}
+		switch {
+		case attempt >= 3:
+			return nil, err
+		case errors.Is(err, fs.ErrExist):
+			// Created by someone else meanwhile: open theirs.
+		default:
+			return nil, err
 		}
 	}
-	return f, created, err
+	if err != nil {
+		return nil, err
+	}
+	if err := s.fixMode(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if created {
+		// Make the new file's name durable, so that its token counter
+		// cannot vanish with a crash of the host.
+		syncDir(s.dir)
+	}
+	return f, nil
 }
 
 func syncDir(dir string) {

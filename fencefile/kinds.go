@@ -68,12 +68,9 @@ type counter struct {
 // lockCounter opens and locks the counter file at path, waiting for the
 // lock, and reads its record.
 func (s *Store) lockCounter(path, key, kind string) (*counter, error) {
-	f, created, err := openLockFile(path)
+	f, err := s.openFile(path)
 	if err != nil {
 		return nil, err
-	}
-	if created {
-		syncDir(s.dir)
 	}
 	if err := lockWait(f); err != nil {
 		f.Close()
@@ -170,7 +167,7 @@ func (s *Store) acquireSlot(req fence.Request) (fence.Claim, error) {
 	}
 	for i := range req.Limit {
 		path := s.slotPath(req.Key, i)
-		f, _, err := openLockFile(path)
+		f, err := s.openFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("fencefile: acquire semaphore %q: %w", req.Key, err)
 		}
@@ -254,7 +251,7 @@ func (s *Store) acquireRW(req fence.Request) (fence.Claim, error) {
 	if !write && c.rec.WriterWaits != nil && now.Before(*c.rec.WriterWaits) {
 		return nil, &fence.HeldError{Key: req.Key, Holder: &fence.Holder{Key: req.Key, ExpiresIn: c.rec.WriterWaits.Sub(now)}}
 	}
-	f, _, err := openLockFile(path)
+	f, err := s.openFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("fencefile: acquire %s %q: %w", req.Kind, req.Key, err)
 	}

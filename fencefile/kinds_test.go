@@ -268,3 +268,39 @@ func TestCorruptCounterNeverGoesBack(t *testing.T) {
 		t.Errorf("token after a damaged counter = %d, want one seeded from the clock", c.Token())
 	}
 }
+
+// kindCase is one kind of lease, with the files that hold its state.
+type kindCase struct {
+	name  string
+	kind  fence.Kind
+	limit int
+	// files are the endings (after "NAME.HASH.") of the key's files of
+	// this kind: the counter and the file the holder locks.
+	files []string
+}
+
+var kindCases = []kindCase{
+	{"lock", fence.KindLock, 0, []string{"lock"}},
+	{"semaphore", fence.KindSemaphore, 2, []string{"sem-count", "sem-0", "sem-1"}},
+	{"read", fence.KindRead, 0, []string{"rw", "rw-count"}},
+	{"write", fence.KindWrite, 0, []string{"rw", "rw-count"}},
+}
+
+// keyFiles returns the paths of key's files of kind kc in s's directory.
+func keyFiles(s *fencefile.Store, key string, kc kindCase) []string {
+	base := strings.TrimSuffix(s.Path(key), ".lock")
+	var paths []string
+	for _, end := range kc.files {
+		paths = append(paths, base+"."+end)
+	}
+	return paths
+}
+
+func removeFiles(t *testing.T, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+}
