@@ -3,6 +3,7 @@ package fencefile
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,8 +62,24 @@ func (s *Store) slotPath(key string, slot int) string {
 // counter is a kind's counter file, locked by this process while it
 // decides a grant.
 type counter struct {
-	f   *os.File
-	rec record
+	f    *os.File
+	path string
+	rec  record
+}
+
+// errCounterReplaced: a counter file was deleted or replaced while a grant
+// used it. The grant is undone and tried again on the file now at the path.
+var errCounterReplaced = errors.New("counter file deleted or replaced during the grant")
+
+// retryReplaced runs acquire again while its grant fails with
+// errCounterReplaced, a few times at most.
+func retryReplaced(acquire func() (fence.Claim, error)) (fence.Claim, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := acquire()
+		if !errors.Is(err, errCounterReplaced) || attempt >= 10 {
+			return c, err
+		}
+	}
 }
 
 // lockCounter opens and locks the counter file at path, waiting for the
@@ -76,7 +93,7 @@ func (s *Store) lockCounter(path, key, kind string) (*counter, error) {
 		f.Close()
 		return nil, err
 	}
-	c := &counter{f: f}
+	c := &counter{f: f, path: path}
 	rec, err := readRecord(f)
 	switch {
 	case err == nil:
@@ -85,12 +102,10 @@ func (s *Store) lockCounter(path, key, kind string) (*counter, error) {
 			return nil, fmt.Errorf("counter file %s belongs to %s %q (hash collision or foreign file); refusing to share it", path, rec.Kind, rec.Key)
 		}
 		c.rec = rec
-	case errors.Is(err, errEmptyRecord):
+	case errors.Is(err, errEmptyRecord), errors.Is(err, errCorruptRecord):
+		// A new counter, or one lost (deleted, or damaged): the next
+		// token comes from the clock, as for a lock file.
 		c.rec = record{Key: key, Kind: kind}
-	case errors.Is(err, errCorruptRecord):
-		// Never go back: continue from the wall clock in microseconds, as
-		// for a damaged lock file.
-		c.rec = record{Key: key, Kind: kind, Token: time.Now().UnixMicro()}
 	default:
 		c.close()
 		return nil, err
@@ -99,12 +114,29 @@ func (s *Store) lockCounter(path, key, kind string) (*counter, error) {
 }
 
 // issue raises the counter and writes it to disk: the token of a grant.
+// The token counts only if the counter file still has its name once the
+// token is written: a grant that raced with its deletion is refused with
+// errCounterReplaced, so that no grant on a new counter file, whose token
+// comes from the clock, is concurrent with one on the old file.
 func (c *counter) issue() (int64, error) {
-	c.rec.Token++
-	if err := writeRecord(c.f, c.rec, true); err != nil {
-		return 0, fmt.Errorf("write counter file %s: %w", c.f.Name(), err)
+	token, err := nextToken(c.rec.Token)
+	if err != nil {
+		return 0, fmt.Errorf("counter file %s: %w", c.path, err)
 	}
-	return c.rec.Token, nil
+	c.rec.Token = token
+	if err := writeRecord(c.f, c.rec, true); err != nil {
+		return 0, fmt.Errorf("write counter file %s: %w", c.path, err)
+	}
+	if afterGrantWrite != nil {
+		afterGrantWrite(c.path)
+	}
+	if same, err := samePath(c.f, c.path); err != nil || !same {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %s", errCounterReplaced, c.path)
+	}
+	return token, nil
 }
 
 func (c *counter) close() {

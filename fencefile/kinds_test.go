@@ -112,26 +112,21 @@ func TestSemaphoreLimitMismatchHighSlot(t *testing.T) {
 	}
 	cs[2].Release(ctx)
 	c := tryKind(t, s, "k", "x", fence.KindSemaphore, 1)
-	if c.Token() != 4 {
-		t.Errorf("token %d after three grants; want 4", c.Token())
+	if c.Token() <= cs[2].Token() {
+		t.Errorf("token %d after three grants; want > %d", c.Token(), cs[2].Token())
 	}
 	expectHeldKind(t, s, "k", fence.KindSemaphore, 1, "limit 1, held")
 	c.Release(ctx)
 }
 
-// A lock, a semaphore and a reader-writer lock on one key are distinct,
-// each with its own token sequence; List shows locks only.
+// A lock, a semaphore and a reader-writer lock on one key are distinct;
+// List shows locks only.
 func TestKindsAreSeparate(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	l := mustAcquire(t, s, "k", "lock")
 	sem := tryKind(t, s, "k", "sem", fence.KindSemaphore, 1)
 	w := tryKind(t, s, "k", "writer", fence.KindWrite, 0)
-	for _, c := range []fence.Claim{l, sem, w} {
-		if c.Token() != 1 {
-			t.Errorf("first token of a kind = %d; want 1", c.Token())
-		}
-	}
 	hs, err := s.List(ctx, "")
 	if err != nil || len(hs) != 1 || hs[0].Owner != "lock" {
 		t.Errorf("List = %+v, %v; want the lock only", hs, err)

@@ -157,7 +157,7 @@ func TestDirectoryModeGivesFileMode(t *testing.T) {
 
 // A group-shared directory (2770, or 0770: setgid only spares fence a
 // chown) gives its files its group, readable and writable by the group
-// (0660) whatever the umask.
+// (0660) whatever the umask; deleted, it comes back as it was.
 func TestGroupSharedDirectory(t *testing.T) {
 	gid := os.Getgid()
 	if os.Geteuid() == 0 {
@@ -183,6 +183,15 @@ func TestGroupSharedDirectory(t *testing.T) {
 			if fi.Mode() != 0o660 || int(fi.Sys().(*syscall.Stat_t).Gid) != gid {
 				t.Errorf("directory %v: %s has mode %v group %d; want -rw-rw---- and group %d", mode, name, fi.Mode(), fi.Sys().(*syscall.Stat_t).Gid, gid)
 			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		c := mustAcquire(t, s, "k", "o")
+		c.Release(context.Background())
+		fi, err := os.Stat(dir)
+		if err != nil || fi.Mode() != fs.ModeDir|mode || int(fi.Sys().(*syscall.Stat_t).Gid) != gid {
+			t.Errorf("recreated directory: %v, %v; want %v and group %d", fi.Mode(), err, fs.ModeDir|mode, gid)
 		}
 	}
 }
