@@ -187,6 +187,11 @@ func (s *Store) acquireSlot(req fence.Request) (fence.Claim, error) {
 		return nil, fmt.Errorf("fencefile: acquire semaphore %q: %w", req.Key, err)
 	}
 	defer c.close()
+	if c.rec.Limit == 0 {
+		// A new counter, or one lost while slots may be held: the holders'
+		// slot files tell the limit they were granted with.
+		c.rec.Limit = s.heldLimit(req.Key)
+	}
 	// Every holder was granted with the counter's limit (a grant with
 	// another limit happens only once no slot is held), so its holders sit
 	// in the slots below it.
@@ -221,6 +226,27 @@ func (s *Store) acquireSlot(req fence.Request) (fence.Claim, error) {
 	return nil, &fence.HeldError{Key: req.Key}
 }
 
+// heldLimit returns the limit recorded by a holder of one of key's slots,
+// or 0 if no slot is held. Slots are taken lowest first, so the slot files
+// run from 0 without a gap; the first missing one ends the search.
+func (s *Store) heldLimit(key string) int {
+	for i := 0; ; i++ {
+		f, err := os.Open(s.slotPath(key, i))
+		if err != nil {
+			return 0
+		}
+		locked, err := isLocked(f)
+		var rec record
+		if err == nil && locked {
+			rec, err = readStable(f)
+		}
+		f.Close()
+		if err == nil && locked && rec.Limit > 0 {
+			return rec.Limit
+		}
+	}
+}
+
 // slotsFull reports, without taking any lock, whether the semaphore seems
 // to have all req.Limit slots held with the same limit.
 func (s *Store) slotsFull(cpath string, req fence.Request) bool {
@@ -242,7 +268,7 @@ func (s *Store) grantKind(c *counter, f *os.File, req fence.Request, kind string
 	token, err := c.issue()
 	if err == nil {
 		now := time.Now().Round(0)
-		err = writeRecord(f, record{Key: req.Key, Kind: kind, Token: token, Owner: req.Owner,
+		err = writeRecord(f, record{Key: req.Key, Kind: kind, Token: token, Limit: req.Limit, Owner: req.Owner,
 			Host: hostname, PID: pid, AcquiredAt: &now, Meta: req.Meta}, false)
 	}
 	if err != nil {

@@ -31,8 +31,8 @@ type record struct {
 	// Kind names the kind of the file, for the files of semaphores and
 	// reader-writer locks (see kinds.go); empty for a lock file.
 	Kind string `json:"kind,omitempty"`
-	// Limit, in a semaphore's counter file, is the limit its holders were
-	// granted with.
+	// Limit, in a semaphore's counter file and slot files, is the limit its
+	// holders were granted with.
 	Limit int `json:"limit,omitempty"`
 	// WriterWaits, in a reader-writer lock's counter file, keeps new
 	// readers out until then: a waiting writer's intent.

@@ -186,3 +186,30 @@ func TestCounterExhausted(t *testing.T) {
 		t.Fatalf("semaphore acquired with token %d after a counter at MaxInt64", c.Token())
 	}
 }
+
+// A semaphore's counter file deleted while its slots are held: the limit
+// the holders were granted with is not lost with it, so a request with
+// another limit is still refused, and one with the same limit finds the
+// slots full.
+func TestDeletedSemaphoreCounterKeepsLimit(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	a := tryKind(t, s, "gpu", "a", fence.KindSemaphore, 2)
+	defer a.Release(ctx)
+	b := tryKind(t, s, "gpu", "b", fence.KindSemaphore, 2)
+	defer b.Release(ctx)
+	removeFiles(t, []string{strings.TrimSuffix(s.Path("gpu"), ".lock") + ".sem-count"})
+	if c, err := s.TryAcquire(ctx, kindReq("gpu", "x", fence.KindSemaphore, 3)); !errors.Is(err, fence.ErrLimitMismatch) {
+		if c != nil {
+			c.Release(ctx)
+		}
+		t.Errorf("limit 3 while two slots are held with limit 2: %v; want ErrLimitMismatch", err)
+	}
+	expectHeldKind(t, s, "gpu", fence.KindSemaphore, 2, "both slots held")
+	a.Release(ctx)
+	c := tryKind(t, s, "gpu", "c", fence.KindSemaphore, 2)
+	defer c.Release(ctx)
+	if c.Token() <= b.Token() {
+		t.Errorf("token %d after the counter was deleted; want > %d", c.Token(), b.Token())
+	}
+}
