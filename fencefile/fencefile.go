@@ -330,7 +330,8 @@ func (s *Store) openFile(path string) (*os.File, error) {
 }
 
 // recreateDir makes the store's directory again, as it was when the store
-// was opened: the same mode and, if this process may, the same group.
+// was opened: the same mode and group (an error if this process may not
+// give it that group).
 func (s *Store) recreateDir() error {
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -347,7 +348,7 @@ func (s *Store) recreateDir() error {
 			}
 		}
 	}
-	// After the group: chown clears setgid.
+	// After the group: a chown may clear setgid.
 	if err := os.Chmod(s.dir, s.access.dirMode); err != nil {
 		return fmt.Errorf("recreate store directory: %w", err)
 	}
@@ -454,8 +455,12 @@ func inspectFile(path, key string) (fence.Holder, bool, error) {
 
 // List implements fence.Lister: it reads every lock file of the directory
 // and returns the held ones whose key starts with prefix, sorted by key.
+// Nothing is held in a directory that has vanished.
 func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fencefile: list: %w", err)
 	}

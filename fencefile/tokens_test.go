@@ -71,6 +71,10 @@ func TestDeletedDirectory(t *testing.T) {
 	if err := os.RemoveAll(s.Dir()); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing is held in a directory that is gone.
+	if hs, err := s.List(ctx, ""); err != nil || len(hs) != 0 {
+		t.Errorf("List after the directory was deleted: %v, %v; want nothing held", hs, err)
+	}
 	acquireAll(s, "same Store after the directory was deleted")
 	if fi, err := os.Stat(s.Dir()); err != nil || fi.Mode() != before.Mode() {
 		t.Errorf("recreated directory: %v, %v; want it as it was, %v", fi.Mode(), err, before.Mode())
