@@ -89,7 +89,8 @@ func (term *terminal) wait(t *testing.T) int {
 
 // ranAfter reports whether out shows the command's "RAN token=N" line
 // with N above the previous holder's token prev. Tokens are greater, not
-// consecutive: the file store takes max(previous+1, the clock in µs).
+// consecutive: the file store takes max(previous+1, the clock in µs). A
+// number cut short by a partial read is below prev, never above.
 func ranAfter(out string, prev int64) bool {
 	m := ranToken.FindStringSubmatch(out)
 	if m == nil {
@@ -99,7 +100,7 @@ func ranAfter(out string, prev int64) bool {
 	return err == nil && n > prev
 }
 
-var ranToken = regexp.MustCompile(`RAN token=(\d+)\s`)
+var ranToken = regexp.MustCompile(`RAN token=(\d+)`)
 
 // gated starts a holder of key whose command runs until the returned
 // function is called.
