@@ -48,8 +48,9 @@ func (s *Store) Break(key string) error {
 		return fmt.Errorf("fencefile: break %q: %w", key, err)
 	}
 	defer os.Remove(tmp.Name())
-	if fi, err := f.Stat(); err == nil {
-		_ = tmp.Chmod(fi.Mode().Perm())
+	if err := s.fixMode(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("fencefile: break %q: %w", key, err)
 	}
 	// Skip one token, so that even an acquisition racing with Break on the
 	// old file cannot be issued the same token as the next holder.

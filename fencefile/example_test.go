@@ -24,13 +24,17 @@ func Example() {
 	client := fence.New(store)
 	ctx := context.Background()
 
+	var last int64
 	for range 2 {
 		lease, err := client.Acquire(ctx, "reports/daily")
 		if err != nil {
 			log.Fatal(err)
 		}
 		// Send lease.Token() with every write to the protected resource.
-		fmt.Println("holding", lease.Key(), "with token", lease.Token())
+		// A key's first token is the clock in microseconds; each next one
+		// is greater.
+		fmt.Println("holding", lease.Key(), "with a greater token:", lease.Token() > last)
+		last = lease.Token()
 		if err := lease.Release(ctx); err != nil {
 			log.Fatal(err)
 		}
@@ -44,9 +48,9 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	fmt.Println("then token", lease.Token())
+	fmt.Println("then a greater token:", lease.Token() > last)
 	// Output:
-	// holding reports/daily with token 1
-	// holding reports/daily with token 2
-	// then token 3
+	// holding reports/daily with a greater token: true
+	// holding reports/daily with a greater token: true
+	// then a greater token: true
 }

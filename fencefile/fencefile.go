@@ -7,17 +7,18 @@
 // Each lock file also holds a record: the key's fencing token counter and
 // the current holder (owner, host, pid, acquisition time and the caller's
 // metadata). The counter is written, and synced to disk, under the lock
-// with every acquisition, and lock files are never deleted, so tokens keep
-// growing across releases, process deaths, restarts and separate Stores
-// opened on the same directory.
+// with every acquisition, and the store never deletes lock files, so
+// tokens keep growing across releases, process deaths, restarts and
+// separate Stores opened on the same directory.
 //
 // A lease here is bound to the holder's process, not to a TTL in the
 // store: it ends when the holder releases it or exits. The Client's local
 // validity and renewal still apply; a renewal checks that the lock file
 // still names this owner and is still the very file the holder locked, so
 // a lock file that was deleted or replaced behind the holder's back is
-// reported as lost at the next renewal. On Linux, waiters are woken
-// through inotify when a lock file is released, its holder dies or it is
+// reported as lost at the next renewal (a newcomer may lock a new file
+// meanwhile, with a greater token). On Linux, waiters are woken through
+// inotify when a lock file is released, its holder dies or it is
 // replaced; elsewhere the Client polls with backoff. There is no queue and
 // no fairness.
 //
@@ -28,6 +29,32 @@
 // The store works only between processes of one host, on a local file
 // system: not over NFS or other network file systems, whose locks are
 // unreliable. See docs/file.md.
+//
+// # Tokens and the clock
+//
+// Each token is max(counter+1, the wall clock in microseconds since 1970),
+// for every kind. While the counter exists, tokens grow whatever the clock
+// does. A counter can still be lost: its file or the whole directory
+// deleted (the next acquisition recreates the directory), a tmpfs emptied
+// by a reboot, a file damaged or put back from an older copy. The first
+// token after the loss is then the clock's reading, above every earlier
+// token under one assumption: the host's wall clock, when that token is
+// issued, reads later than the last token issued before the loss. Tokens
+// are the clock's reading at their grant (grants of a key are more than a
+// microsecond apart), so this holds unless the clock was set back, between
+// the last grant before the loss and the first one after it, by as much as
+// the time that passed between them. Tokens are positive and fit an int64
+// (about 1.8e15 in 2026). See docs/file.md.
+//
+// # Permissions
+//
+// A lock file names its holder, and whoever can open it can block its key
+// with a shared lock. Files are therefore made 0600, whatever the umask,
+// or in a directory shared with its group (group-writable or setgid, such
+// as 2770) with the directory's group and its group read and write bits;
+// never with any access for others. New refuses a directory other users
+// may write to, and an acquisition tightens a file found with a looser
+// mode. See docs/file.md for sharing a store between users.
 package fencefile
 
 import (
@@ -40,6 +67,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fencing/fence"
@@ -49,7 +77,8 @@ import (
 // granted lease holds its own), needs no closing, and is safe for
 // concurrent use.
 type Store struct {
-	dir string
+	dir    string
+	access dirAccess
 }
 
 var (
@@ -60,7 +89,10 @@ var (
 
 // New returns a Store over the directory dir, creating it (mode 0700, and
 // any missing parents) if it does not exist. It fails if dir is not a
-// directory or this process cannot create files in it.
+// directory, if this process cannot create files in it, or if other users
+// may write to it. Files are made with the directory's group, its group
+// read and write bits and no access for others: 0600 in a private
+// directory, 0660 in a group-shared one (2770); see docs/file.md.
 func New(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("fencefile: empty directory name")
@@ -79,10 +111,14 @@ func New(dir string) (*Store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("fencefile: store directory %s is not a directory", abs)
 	}
+	access, err := checkDir(abs, fi)
+	if err != nil {
+		return nil, fmt.Errorf("fencefile: %w", err)
+	}
 	if err := checkWritable(abs); err != nil {
 		return nil, fmt.Errorf("fencefile: store directory %s is not usable: %w", abs, err)
 	}
-	return &Store{dir: abs}, nil
+	return &Store{dir: abs, access: access}, nil
 }
 
 // Dir returns the store's directory, as an absolute path.
@@ -118,9 +154,9 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	switch req.Kind {
 	case fence.KindLock:
 	case fence.KindSemaphore:
-		return s.acquireSlot(req)
+		return retryReplaced(func() (fence.Claim, error) { return s.acquireSlot(req) })
 	case fence.KindRead, fence.KindWrite:
-		return s.acquireRW(req)
+		return retryReplaced(func() (fence.Claim, error) { return s.acquireRW(req) })
 	default:
 		return nil, fmt.Errorf("fencefile: acquire %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}
@@ -134,16 +170,13 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		}
 	}
 	// The loop retries only if the lock file was replaced or deleted
-	// between our open and our lock (by Break, or by hand).
+	// between our open and our grant (by Break, or by hand): a grant counts
+	// only if, once its token is written, the file still has its name, so
+	// that a newcomer on a new file draws its token from the clock later.
 	for attempt := 0; ; attempt++ {
-		f, created, err := openLockFile(path)
+		f, err := s.openFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("fencefile: acquire %q: %w", req.Key, err)
-		}
-		if created {
-			// Make the new file's name durable, so that its token counter
-			// cannot vanish with a crash of the host.
-			syncDir(s.dir)
 		}
 		ok, err := tryLock(f)
 		if err != nil {
@@ -155,8 +188,17 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			f.Close()
 			return nil, &fence.HeldError{Key: req.Key, Holder: h}
 		}
-		if same, err := samePath(f, path); err != nil || !same {
+		c, err := s.grant(f, req)
+		if err != nil {
+			unlock(f)
 			f.Close()
+			return nil, fmt.Errorf("fencefile: acquire %q: %w", req.Key, err)
+		}
+		if afterGrantWrite != nil {
+			afterGrantWrite(path)
+		}
+		if same, err := samePath(f, path); err != nil || !same {
+			c.close()
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return nil, fmt.Errorf("fencefile: acquire %q: %w", req.Key, err)
 			}
@@ -165,15 +207,14 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			}
 			continue
 		}
-		c, err := s.grant(f, req)
-		if err != nil {
-			unlock(f)
-			f.Close()
-			return nil, fmt.Errorf("fencefile: acquire %q: %w", req.Key, err)
-		}
 		return c, nil
 	}
 }
+
+// afterGrantWrite, set only by tests, runs when a grant has written its
+// token to the lock or counter file at path, before it checks that path
+// still names that file.
+var afterGrantWrite func(path string)
 
 // grant issues the next token for the key whose lock file f this process
 // has just locked, and records the holder.
@@ -187,19 +228,22 @@ func (s *Store) grant(f *os.File, req fence.Request) (*claim, error) {
 		}
 		prev = rec.Token
 	case errors.Is(err, errEmptyRecord):
+		// A new lock file, or one whose counter was lost (the file or the
+		// directory deleted): the token comes from the clock.
 	case errors.Is(err, errCorruptRecord):
 		// The counter is unreadable (damaged by hand, or by a crash of the
-		// host). Never go back: continue from the wall clock in
-		// microseconds, which is beyond any counter this store can have
-		// reached, assuming the clock was not set back.
-		prev = time.Now().UnixMicro()
+		// host): lost as well.
 	default:
 		return nil, err
+	}
+	token, err := nextToken(prev)
+	if err != nil {
+		return nil, fmt.Errorf("lock file %s: %w", f.Name(), err)
 	}
 	now := time.Now().Round(0)
 	rec = record{
 		Key:        req.Key,
-		Token:      prev + 1,
+		Token:      token,
 		Owner:      req.Owner,
 		Host:       hostname,
 		PID:        pid,
@@ -226,20 +270,90 @@ func (s *Store) peek(path, key string) (*fence.Holder, bool) {
 	return heldBy(f, key), true
 }
 
-// openLockFile opens path for reading and writing, creating it if needed.
+// openFile opens one of the store's files at path for reading and writing,
+// creating it if needed with the store's file mode (whatever the umask),
+// and recreating the store's directory if it has vanished. It does not
+// follow a symbolic link, and refuses anything but a regular file. An
+// existing file with another mode is given the store's, if this process
+// may change it; one that grants more than the store's mode and that this
+// process may not change is refused.
+//
 // The descriptor is close-on-exec (os.OpenFile always asks for it), so a
 // held lock never leaks into a child process.
-func openLockFile(path string) (f *os.File, created bool, err error) {
-	f, err = os.OpenFile(path, os.O_RDWR, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-		if errors.Is(err, fs.ErrExist) { // created by someone else meanwhile
-			f, err = os.OpenFile(path, os.O_RDWR, 0)
-		} else if err == nil {
+func (s *Store) openFile(path string) (*os.File, error) {
+	const flags = os.O_RDWR | syscall.O_NOFOLLOW
+	var (
+		f       *os.File
+		err     error
+		created bool
+	)
+	recreated := false
+	for attempt := 0; ; attempt++ {
+		f, err = os.OpenFile(path, flags, 0)
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		f, err = os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL, s.access.filePerm)
+		if err == nil {
 			created = true
+			break
+		}
+		switch {
+		case attempt >= 3:
+			return nil, err
+		case errors.Is(err, fs.ErrNotExist) && !recreated:
+			// The directory itself is gone (a tmpfs emptied, an rm -r).
+			// Recreating it is safe: new counters start from the clock.
+			recreated = true
+			if err := s.recreateDir(); err != nil {
+				return nil, err
+			}
+		case errors.Is(err, fs.ErrExist):
+			// Created by someone else meanwhile: open theirs.
+		default:
+			return nil, err
 		}
 	}
-	return f, created, err
+	if err != nil {
+		return nil, err
+	}
+	if err := s.fixMode(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if created {
+		// Make the new file's name durable, so that its token counter
+		// cannot vanish with a crash of the host.
+		syncDir(s.dir)
+	}
+	return f, nil
+}
+
+// recreateDir makes the store's directory again, as it was when the store
+// was opened: the same mode and group (an error if this process may not
+// give it that group).
+func (s *Store) recreateDir() error {
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil // recreated by someone else meanwhile
+		}
+		return fmt.Errorf("recreate store directory: %w", err)
+	}
+	if s.access.gid >= 0 {
+		if fi, err := os.Stat(s.dir); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Gid) != s.access.gid {
+				if err := os.Chown(s.dir, -1, s.access.gid); err != nil {
+					return fmt.Errorf("recreate store directory: give it its group back: %w", err)
+				}
+			}
+		}
+	}
+	// After the group: a chown may clear setgid.
+	if err := os.Chmod(s.dir, s.access.dirMode); err != nil {
+		return fmt.Errorf("recreate store directory: %w", err)
+	}
+	syncDir(filepath.Dir(s.dir))
+	return nil
 }
 
 func syncDir(dir string) {
@@ -341,8 +455,12 @@ func inspectFile(path, key string) (fence.Holder, bool, error) {
 
 // List implements fence.Lister: it reads every lock file of the directory
 // and returns the held ones whose key starts with prefix, sorted by key.
+// Nothing is held in a directory that has vanished.
 func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fencefile: list: %w", err)
 	}

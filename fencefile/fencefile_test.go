@@ -44,16 +44,17 @@ func mustAcquire(t *testing.T, d fence.Driver, key, owner string) fence.Claim {
 func TestAcquireHeldRelease(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
+	start := time.Now().UnixMicro()
 	a := mustAcquire(t, s, "k", "owner-a")
-	if a.Token() != 1 {
-		t.Errorf("first token = %d, want 1", a.Token())
+	if a.Token() < start {
+		t.Errorf("first token = %d, want the clock in µs, at least %d", a.Token(), start)
 	}
 	_, err := s.TryAcquire(ctx, req("k", "owner-b"))
 	var held *fence.HeldError
 	if !errors.As(err, &held) || held.Holder == nil {
 		t.Fatalf("second TryAcquire: %v, want a *HeldError with the holder", err)
 	}
-	if held.Holder.Owner != "owner-a" || held.Holder.Token != 1 || held.Holder.Meta["job"] != "backup" {
+	if held.Holder.Owner != "owner-a" || held.Holder.Token != a.Token() || held.Holder.Meta["job"] != "backup" {
 		t.Errorf("holder = %+v", *held.Holder)
 	}
 	if err := a.Extend(ctx, time.Minute); err != nil {
@@ -70,8 +71,8 @@ func TestAcquireHeldRelease(t *testing.T) {
 	}
 	b := mustAcquire(t, s, "k", "owner-b")
 	defer b.Release(ctx)
-	if b.Token() != 2 {
-		t.Errorf("token after re-acquire = %d, want 2", b.Token())
+	if b.Token() <= a.Token() {
+		t.Errorf("token after re-acquire = %d, want > %d", b.Token(), a.Token())
 	}
 }
 
@@ -225,7 +226,7 @@ func TestInspectAndList(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, _ := os.Hostname()
-	if h.Key != "jobs/a" || h.Owner != "owner-jobs/a" || h.Token != 1 || h.ExpiresIn != 0 {
+	if h.Key != "jobs/a" || h.Owner != "owner-jobs/a" || h.Token != claims["jobs/a"].Token() || h.ExpiresIn != 0 {
 		t.Errorf("Inspect = %+v", h)
 	}
 	if h.Meta["job"] != "backup" || h.Meta["host"] != host || h.Meta["pid"] != strconv.Itoa(os.Getpid()) {
@@ -319,41 +320,50 @@ func TestTamperingDetected(t *testing.T) {
 	// The claim let go of its lock: the key can be taken, with a new token.
 	c2 := mustAcquire(t, s, "overwritten", "p")
 	defer c2.Release(ctx)
-	if c2.Token() != 2 {
-		t.Errorf("token = %d, want 2", c2.Token())
+	if c2.Token() <= c.Token() {
+		t.Errorf("token = %d, want > %d", c2.Token(), c.Token())
 	}
 }
 
-// Through the Client: a broken lease is noticed at the next renewal and
-// its context cancelled with ErrLost.
+// Through the Client: a lease taken away, by Break or by deleting the
+// store's directory, is noticed at the next renewal and its context
+// cancelled with ErrLost; the next holder's token is greater.
 func TestClientLoss(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t)
-	c := fence.New(s)
-	l, err := c.Acquire(ctx, "k", fence.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Break("k"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-l.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("lease not lost after Break")
-	}
-	if !errors.Is(l.Err(), fence.ErrLost) {
-		t.Errorf("cause = %v, want ErrLost", l.Err())
-	}
-	l2, err := c.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
-		t.Errorf("old Release = %v, want ErrLost", err)
-	}
-	if err := l2.Release(ctx); err != nil {
-		t.Errorf("new holder's Release: %v", err)
+	for name, takeAway := range map[string]func(*fencefile.Store) error{
+		"Break":            func(s *fencefile.Store) error { return s.Break("k") },
+		"delete directory": func(s *fencefile.Store) error { return os.RemoveAll(s.Dir()) },
+	} {
+		s := newStore(t)
+		c := fence.New(s)
+		l, err := c.Acquire(ctx, "k", fence.WithTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := takeAway(s); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: lease not lost 10s later", name)
+		}
+		if !errors.Is(l.Err(), fence.ErrLost) {
+			t.Errorf("%s: cause = %v, want ErrLost", name, l.Err())
+		}
+		l2, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if l2.Token() <= l.Token() {
+			t.Errorf("%s: next token %d, not above the lost lease's %d", name, l2.Token(), l.Token())
+		}
+		if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+			t.Errorf("%s: old Release = %v, want ErrLost", name, err)
+		}
+		if err := l2.Release(ctx); err != nil {
+			t.Errorf("%s: new holder's Release: %v", name, err)
+		}
 	}
 }
 
@@ -373,7 +383,7 @@ func TestClientWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
-	if l2.Token() != 2 || time.Since(start) > 5*time.Second {
+	if l2.Token() <= l.Token() || time.Since(start) > 5*time.Second {
 		t.Errorf("token %d after %v", l2.Token(), time.Since(start))
 	}
 }

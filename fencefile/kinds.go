@@ -3,6 +3,7 @@ package fencefile
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,25 +62,38 @@ func (s *Store) slotPath(key string, slot int) string {
 // counter is a kind's counter file, locked by this process while it
 // decides a grant.
 type counter struct {
-	f   *os.File
-	rec record
+	f    *os.File
+	path string
+	rec  record
+}
+
+// errCounterReplaced: a counter file was deleted or replaced while a grant
+// used it. The grant is undone and tried again on the file now at the path.
+var errCounterReplaced = errors.New("counter file deleted or replaced during the grant")
+
+// retryReplaced runs acquire again while its grant fails with
+// errCounterReplaced, a few times at most.
+func retryReplaced(acquire func() (fence.Claim, error)) (fence.Claim, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := acquire()
+		if !errors.Is(err, errCounterReplaced) || attempt >= 10 {
+			return c, err
+		}
+	}
 }
 
 // lockCounter opens and locks the counter file at path, waiting for the
 // lock, and reads its record.
 func (s *Store) lockCounter(path, key, kind string) (*counter, error) {
-	f, created, err := openLockFile(path)
+	f, err := s.openFile(path)
 	if err != nil {
 		return nil, err
-	}
-	if created {
-		syncDir(s.dir)
 	}
 	if err := lockWait(f); err != nil {
 		f.Close()
 		return nil, err
 	}
-	c := &counter{f: f}
+	c := &counter{f: f, path: path}
 	rec, err := readRecord(f)
 	switch {
 	case err == nil:
@@ -88,12 +102,10 @@ func (s *Store) lockCounter(path, key, kind string) (*counter, error) {
 			return nil, fmt.Errorf("counter file %s belongs to %s %q (hash collision or foreign file); refusing to share it", path, rec.Kind, rec.Key)
 		}
 		c.rec = rec
-	case errors.Is(err, errEmptyRecord):
+	case errors.Is(err, errEmptyRecord), errors.Is(err, errCorruptRecord):
+		// A new counter, or one lost (deleted, or damaged): the next
+		// token comes from the clock, as for a lock file.
 		c.rec = record{Key: key, Kind: kind}
-	case errors.Is(err, errCorruptRecord):
-		// Never go back: continue from the wall clock in microseconds, as
-		// for a damaged lock file.
-		c.rec = record{Key: key, Kind: kind, Token: time.Now().UnixMicro()}
 	default:
 		c.close()
 		return nil, err
@@ -102,12 +114,29 @@ func (s *Store) lockCounter(path, key, kind string) (*counter, error) {
 }
 
 // issue raises the counter and writes it to disk: the token of a grant.
+// The token counts only if the counter file still has its name once the
+// token is written: a grant that raced with its deletion is refused with
+// errCounterReplaced, so that no grant on a new counter file, whose token
+// comes from the clock, is concurrent with one on the old file.
 func (c *counter) issue() (int64, error) {
-	c.rec.Token++
-	if err := writeRecord(c.f, c.rec, true); err != nil {
-		return 0, fmt.Errorf("write counter file %s: %w", c.f.Name(), err)
+	token, err := nextToken(c.rec.Token)
+	if err != nil {
+		return 0, fmt.Errorf("counter file %s: %w", c.path, err)
 	}
-	return c.rec.Token, nil
+	c.rec.Token = token
+	if err := writeRecord(c.f, c.rec, true); err != nil {
+		return 0, fmt.Errorf("write counter file %s: %w", c.path, err)
+	}
+	if afterGrantWrite != nil {
+		afterGrantWrite(c.path)
+	}
+	if same, err := samePath(c.f, c.path); err != nil || !same {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %s", errCounterReplaced, c.path)
+	}
+	return token, nil
 }
 
 func (c *counter) close() {
@@ -158,6 +187,11 @@ func (s *Store) acquireSlot(req fence.Request) (fence.Claim, error) {
 		return nil, fmt.Errorf("fencefile: acquire semaphore %q: %w", req.Key, err)
 	}
 	defer c.close()
+	if c.rec.Limit == 0 {
+		// A new counter, or one lost while slots may be held: the holders'
+		// slot files tell the limit they were granted with.
+		c.rec.Limit = s.heldLimit(req.Key)
+	}
 	// Every holder was granted with the counter's limit (a grant with
 	// another limit happens only once no slot is held), so its holders sit
 	// in the slots below it.
@@ -170,7 +204,7 @@ func (s *Store) acquireSlot(req fence.Request) (fence.Claim, error) {
 	}
 	for i := range req.Limit {
 		path := s.slotPath(req.Key, i)
-		f, _, err := openLockFile(path)
+		f, err := s.openFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("fencefile: acquire semaphore %q: %w", req.Key, err)
 		}
@@ -190,6 +224,27 @@ func (s *Store) acquireSlot(req fence.Request) (fence.Claim, error) {
 		return cl, nil
 	}
 	return nil, &fence.HeldError{Key: req.Key}
+}
+
+// heldLimit returns the limit recorded by a holder of one of key's slots,
+// or 0 if no slot is held. Slots are taken lowest first, so the slot files
+// run from 0 without a gap; the first missing one ends the search.
+func (s *Store) heldLimit(key string) int {
+	for i := 0; ; i++ {
+		f, err := os.Open(s.slotPath(key, i))
+		if err != nil {
+			return 0
+		}
+		locked, err := isLocked(f)
+		var rec record
+		if err == nil && locked {
+			rec, err = readStable(f)
+		}
+		f.Close()
+		if err == nil && locked && rec.Limit > 0 {
+			return rec.Limit
+		}
+	}
 }
 
 // slotsFull reports, without taking any lock, whether the semaphore seems
@@ -213,7 +268,7 @@ func (s *Store) grantKind(c *counter, f *os.File, req fence.Request, kind string
 	token, err := c.issue()
 	if err == nil {
 		now := time.Now().Round(0)
-		err = writeRecord(f, record{Key: req.Key, Kind: kind, Token: token, Owner: req.Owner,
+		err = writeRecord(f, record{Key: req.Key, Kind: kind, Token: token, Limit: req.Limit, Owner: req.Owner,
 			Host: hostname, PID: pid, AcquiredAt: &now, Meta: req.Meta}, false)
 	}
 	if err != nil {
@@ -254,7 +309,7 @@ func (s *Store) acquireRW(req fence.Request) (fence.Claim, error) {
 	if !write && c.rec.WriterWaits != nil && now.Before(*c.rec.WriterWaits) {
 		return nil, &fence.HeldError{Key: req.Key, Holder: &fence.Holder{Key: req.Key, ExpiresIn: c.rec.WriterWaits.Sub(now)}}
 	}
-	f, _, err := openLockFile(path)
+	f, err := s.openFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("fencefile: acquire %s %q: %w", req.Kind, req.Key, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -30,8 +31,8 @@ type record struct {
 	// Kind names the kind of the file, for the files of semaphores and
 	// reader-writer locks (see kinds.go); empty for a lock file.
 	Kind string `json:"kind,omitempty"`
-	// Limit, in a semaphore's counter file, is the limit its holders were
-	// granted with.
+	// Limit, in a semaphore's counter file and slot files, is the limit its
+	// holders were granted with.
 	Limit int `json:"limit,omitempty"`
 	// WriterWaits, in a reader-writer lock's counter file, keeps new
 	// readers out until then: a waiting writer's intent.
@@ -92,6 +93,23 @@ func writeRecord(f *os.File, rec record, sync bool) error {
 		return f.Sync()
 	}
 	return nil
+}
+
+// nextToken returns the token that follows a counter at prev (0 for a
+// counter that is missing or unreadable): max(prev+1, the wall clock in
+// microseconds since 1970). The counter keeps tokens growing while it
+// exists; the clock once it is gone, provided the clock now reads later
+// than the last token issued before the loss (docs/file.md). It fails
+// rather than wrap past the largest int64.
+func nextToken(prev int64) (int64, error) {
+	if prev == math.MaxInt64 {
+		return 0, fmt.Errorf("token counter at %d, the largest int64, cannot grow", prev)
+	}
+	t := max(prev+1, time.Now().UnixMicro())
+	if t <= 0 {
+		return 0, fmt.Errorf("no positive token after %d: the clock reads before 1970", prev)
+	}
+	return t, nil
 }
 
 // holder returns the fence.Holder a record describes. Its Meta holds the

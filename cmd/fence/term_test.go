@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +87,21 @@ func (term *terminal) wait(t *testing.T) int {
 	return term.cmd.ProcessState.ExitCode()
 }
 
+// ranAfter reports whether out shows the command's "RAN token=N" line
+// with N above the previous holder's token prev. Tokens are greater, not
+// consecutive: the file store takes max(previous+1, the clock in µs). A
+// number cut short by a partial read is below prev, never above.
+func ranAfter(out string, prev int64) bool {
+	m := ranToken.FindStringSubmatch(out)
+	if m == nil {
+		return false
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	return err == nil && n > prev
+}
+
+var ranToken = regexp.MustCompile(`RAN token=(\d+)`)
+
 // gated starts a holder of key whose command runs until the returned
 // function is called.
 func (e *env) gated(key string) (*holder, map[string]any, func()) {
@@ -135,9 +151,8 @@ func TestWaitShowsLiveStatusOnTerminal(t *testing.T) {
 	}
 
 	open()
-	want := fmt.Sprintf("RAN token=%d", num(started["token"])+1)
-	out = term.eventually(t, "the command's output", func(out string) bool { return strings.Contains(out, want) })
-	before := out[:strings.Index(out, want)]
+	out = term.eventually(t, "the command's output", func(out string) bool { return ranAfter(out, num(started["token"])) })
+	before := out[:strings.Index(out, "RAN token=")]
 	if last := strings.LastIndex(before, "fence: waiting"); !strings.Contains(before[last:], "\r"+eraseLine) {
 		t.Errorf("the status line was not erased before the command ran: %q", before[last:])
 	}
@@ -269,8 +284,7 @@ func TestTmuxRunWaitsThenRuns(t *testing.T) {
 	}
 	t.Logf("while waiting, the screen shows:\n%s", screen)
 	open()
-	want := fmt.Sprintf("RAN token=%d", num(started["token"])+1)
-	screen = x.eventually("the command's output", func(s string) bool { return strings.Contains(s, want) })
+	screen = x.eventually("the command's output", func(s string) bool { return ranAfter(s, num(started["token"])) })
 	if code := x.exited(); code != 0 {
 		t.Errorf("fence exited %d", code)
 	}
