@@ -84,6 +84,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,6 +137,25 @@ type Store struct {
 	// share one queue). Given, the suite checks that waiters are served
 	// first come, first served. Optional.
 	Queue func(ctx context.Context, key string, kind fence.Kind) (int, error)
+	// KillSession ends, in the store, the session or connection of the
+	// holder of key in kind (for a semaphore, of one of its holders), as an
+	// operator or a crash of the connection would: pg_terminate_backend,
+	// MySQL's KILL, an etcd lease revoke, a ZooKeeper session closed by the
+	// server. It returns once the store has ended it. Given, the suite
+	// checks that the holder's lease is lost promptly (well under its TTL)
+	// with LossSession, and that the key goes to the next contender with a
+	// greater token. For stores whose leases are bound to a session;
+	// optional.
+	KillSession func(ctx context.Context, key string, kind fence.Kind) error
+	// Wipe removes everything the store keeps for key, in every kind,
+	// counters included, as a lost disk, a truncated table or an empty
+	// restart would: lock and counter files deleted, rows deleted, keys and
+	// their counters DEL'ed, a bucket's entries purged. The suite calls it
+	// only while key is free, and checks that the next tokens are still
+	// greater than every earlier one (DESIGN rule 9). Optional: leave it
+	// nil where the store keeps nothing to lose per key (say why in the
+	// wiring).
+	Wipe func(ctx context.Context, key string) error
 }
 
 const (
@@ -175,14 +195,18 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("KeyShapes", s.keyShapes)
 	t.Run("TryAcquireHeld", s.tryAcquireHeld)
 	t.Run("Tokens", s.tokens)
+	t.Run("TTLInStore", s.ttlInStore)
 	t.Run("MutualExclusion", s.mutualExclusion)
 	t.Run("MutualExclusionProcesses", s.mutualExclusionProcesses)
 	t.Run("WaitWakes", s.waitWakes)
+	t.Run("Watch", s.watch)
 	t.Run("WaitTimeout", s.waitTimeout)
 	t.Run("CancelledWait", s.cancelledWait)
 	t.Run("LocalValidity", s.localValidity)
 	t.Run("Renewal", s.renewal)
 	t.Run("ForcedLoss", s.forcedLoss)
+	t.Run("SessionLoss", s.sessionLoss)
+	t.Run("StateLoss", s.stateLoss)
 	t.Run("HolderDies", s.holderDies)
 	t.Run("Release", s.release)
 	t.Run("Inspect", s.inspect)
@@ -190,8 +214,10 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Waiters", s.waiters)
 	t.Run("FIFO", s.fifo)
 	t.Run("SemaphoreFIFO", s.semaphoreFIFO)
+	t.Run("Kinds", s.kindsSeparate)
 	t.Run("Semaphore", s.semaphore)
 	t.Run("RWMutex", s.rwmutex)
+	t.Run("RWWriterPreference", s.rwWriterPreference)
 	t.Run("Partitions", s.partitions)
 	t.Run("Leftovers", s.leftovers)
 }
@@ -315,6 +341,8 @@ func (s *suite) badInput(t *testing.T) {
 	// None of that may have touched the store.
 	l := mustAcquire(t, ctx, c, good)
 	mustRelease(t, ctx, l)
+
+	s.badInputDriver(t, ctx)
 }
 
 func (s *suite) keyShapes(t *testing.T) {
@@ -362,6 +390,7 @@ func (s *suite) keyShapes(t *testing.T) {
 
 func (s *suite) tryAcquireHeld(t *testing.T) {
 	ctx := s.ctx(t)
+	s.tryNeverWaits(t, ctx)
 	a, b := s.client(t), s.client(t)
 	key := s.key(t, "k")
 	l := mustAcquire(t, ctx, a, key)
@@ -595,6 +624,30 @@ func (s *suite) cancelledWait(t *testing.T) {
 		t.Fatalf("TryAcquire after a cancelled wait and a release: %v; the cancelled waiter left something behind", err)
 	}
 	mustRelease(t, ctx, l2)
+
+	if !slices.Contains(kinds(a.Driver()), fence.KindWrite) {
+		return
+	}
+	// A writer that gives up lets new readers in: at once where the store
+	// queues waiters, once its mark lapses (a TTL) where it keeps one.
+	rw := s.key(t, "rw")
+	r1, err := a.RWMutex(rw).TryAcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = context.WithCancel(ctx)
+	time.AfterFunc(s.cfg.TTL/4, cancel)
+	if _, err := b.RWMutex(rw).AcquireWrite(wctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled AcquireWrite: %v; want context.Canceled", err)
+	}
+	gaveUp := time.Now()
+	r2, err := c.RWMutex(rw).AcquireRead(ctx, fence.WithWait(s.cfg.TTL+s.slack()))
+	if err != nil {
+		t.Fatalf("a reader %v after a writer gave up its wait: %v; the cancelled writer left something behind", time.Since(gaveUp), err)
+	}
+	t.Logf("a reader got in %v after the writer gave up", time.Since(gaveUp).Round(time.Millisecond))
+	mustRelease(t, ctx, r2)
+	mustRelease(t, ctx, r1)
 }
 
 func (s *suite) localValidity(t *testing.T) {
