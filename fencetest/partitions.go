@@ -11,9 +11,9 @@ import (
 	"github.com/fencing/fence"
 )
 
-// partitionWorker is one worker of the Partitions check, running in this
-// process on its own client.
-type partitionWorker struct {
+// memberWorker is one worker of the in-process Partitions check, on a
+// client of its own.
+type memberWorker struct {
 	name   string
 	p      *fence.Partitions
 	cancel context.CancelFunc
@@ -59,10 +59,17 @@ func (pl *partitionLog) work(worker string) func(ctx context.Context, partition 
 	}
 }
 
+// partitions checks fence.Partitions on the store: in worker processes,
+// one of them killed, where the store reaches across processes; in
+// goroutines otherwise.
 func (s *suite) partitions(t *testing.T) {
 	c := s.client(t)
 	if _, ok := c.Driver().(fence.Inspector); !ok {
 		t.Skip("driver does not implement fence.Inspector")
+	}
+	if !s.cfg.SingleProcess {
+		s.partitionProcesses(t)
+		return
 	}
 	group := s.key(t, "g")
 	names := make([]string, 8)
@@ -70,16 +77,16 @@ func (s *suite) partitions(t *testing.T) {
 		names[i] = fmt.Sprintf("p%d", i)
 	}
 	pl := &partitionLog{intervals: map[string][]interval{}}
-	var workers []*partitionWorker
-	startWorker := func(name string) *partitionWorker {
+	var workers []*memberWorker
+	startWorker := func(name string) *memberWorker {
 		ctx, cancel := context.WithCancel(context.Background())
-		w := &partitionWorker{name: name, cancel: cancel, done: make(chan error, 1)}
+		w := &memberWorker{name: name, cancel: cancel, done: make(chan error, 1)}
 		w.p = s.client(t).Partitions(group, names, fence.WithOwner(name))
 		go func() { w.done <- w.p.Run(ctx, pl.work(name)) }()
 		workers = append(workers, w)
 		return w
 	}
-	stopWorker := func(w *partitionWorker) {
+	stopWorker := func(w *memberWorker) {
 		w.cancel()
 		if err := <-w.done; err != nil {
 			t.Errorf("worker %s: Run: %v", w.name, err)
@@ -93,7 +100,7 @@ func (s *suite) partitions(t *testing.T) {
 			w.cancel()
 		}
 	}()
-	balanced := func(live []*partitionWorker, when string) {
+	balanced := func(live []*memberWorker, when string) {
 		t.Helper()
 		deadline := time.Now().Add(30*s.cfg.TTL + s.slack())
 		for {
@@ -129,11 +136,11 @@ func (s *suite) partitions(t *testing.T) {
 	}
 
 	a, b := startWorker("a"), startWorker("b")
-	balanced([]*partitionWorker{a, b}, "two workers")
+	balanced([]*memberWorker{a, b}, "two workers")
 	cw := startWorker("c")
-	balanced([]*partitionWorker{a, b, cw}, "after a third joined")
+	balanced([]*memberWorker{a, b, cw}, "after a third joined")
 	stopWorker(a)
-	balanced([]*partitionWorker{b, cw}, "after the first left")
+	balanced([]*memberWorker{b, cw}, "after the first left")
 	stopWorker(b)
 	stopWorker(cw)
 

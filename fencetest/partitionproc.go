@@ -1,24 +1,4 @@
-// Package partitiontest checks fence.Partitions across separate OS
-// processes on a real store: W worker processes share P partitions, a
-// worker is killed with SIGKILL, others join, and the partitions must stay
-// owned, balanced within one of P/W, and never worked by two owners at
-// once as a guarded resource sees it.
-//
-// Workers re-execute the test binary, like fencetest's contenders: a
-// driver's test calls Run first thing, with all of its setup inside
-// Config.Setup, and in a worker process Run finds itself by the test's
-// name and runs the worker instead.
-//
-// The guarded resource lives in the test's process: an HTTP server with
-// fencehttp's middleware over a fence.MemoryGuard, one resource per
-// partition. Each worker writes to every partition it owns every few
-// milliseconds with the partition lease's token, and reports the
-// partitions it owns. The check fails if the resource refused any write
-// (an older owner wrote after a newer one: two owners at once), if the
-// writes it accepted for a partition ever went back in token order or
-// came from two workers with one token, if a partition was never worked,
-// or if the workers do not reach balance after each change.
-package partitiontest
+package fencetest
 
 import (
 	"context"
@@ -28,12 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -41,31 +18,29 @@ import (
 	"github.com/fencing/fence/fencehttp"
 )
 
-// Config describes the store under test.
-type Config struct {
-	// Setup starts the store and returns how to reach it. It runs in the
-	// test's process only.
-	Setup func(t *testing.T) string
-	// Open returns a new driver for the store, in a worker process.
-	Open func(connect string) (drv fence.Driver, close func() error, err error)
-	// TTL is the leases' TTL. Default 1s.
-	TTL time.Duration
-	// Workers is how many workers run at once (default 5), Partitions how
-	// many partitions they share (default 32).
-	Workers, Partitions int
-}
+// The Partitions check across OS processes: W worker processes share P
+// partitions, a worker is killed with SIGKILL, others join, and the
+// partitions must stay owned, balanced within one of P/W, and never be
+// worked by two owners at once as a guarded resource sees it.
+//
+// The guarded resource lives in the test's process: an HTTP server with
+// fencehttp's middleware over a fence.MemoryGuard, one resource per
+// partition. Each worker writes to every partition it owns every few
+// milliseconds with the partition lease's token, and reports the
+// partitions it owns. The check fails if the resource refused any write
+// (an older owner wrote after a newer one: two owners at once), if the
+// writes it accepted for a partition ever went back in token order or
+// came from two workers with one token, if a partition was never worked,
+// if the workers do not reach balance after each change, or if a
+// partition or member lease is left once every worker is gone.
 
 const (
-	envWorker  = "PARTITIONTEST_WORKER" // the test's name, in a worker
-	envName    = "PARTITIONTEST_NAME"   // the worker's name
-	envConnect = "PARTITIONTEST_CONNECT"
-	envURL     = "PARTITIONTEST_URL"
-	envTTL     = "PARTITIONTEST_TTL"
-	envCount   = "PARTITIONTEST_PARTITIONS"
-)
+	partitionWorkers = 4
+	partitionCount   = 16
 
-// group is the Partitions group every worker joins.
-const group = "partitiontest"
+	envName = "FENCETEST_NAME" // a partition worker's name
+	envURL  = "FENCETEST_URL"  // the guarded resource
+)
 
 func partitionNames(n int) []string {
 	names := make([]string, n)
@@ -75,49 +50,40 @@ func partitionNames(n int) []string {
 	return names
 }
 
-// Run runs the check.
-func Run(t *testing.T, cfg Config) {
-	t.Helper()
-	if cfg.TTL == 0 {
-		cfg.TTL = time.Second
-	}
-	if cfg.Workers == 0 {
-		cfg.Workers = 5
-	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = 32
-	}
-	if w := os.Getenv(envWorker); w != "" {
-		if w == t.Name() {
-			runWorker(t, cfg)
-		} else {
-			t.Skip("partitiontest: worker process for another test")
-		}
-		return
-	}
-	connect := cfg.Setup(t)
+// partitionRun is one run of the process check.
+type partitionRun struct {
+	s     *suite
+	t     *testing.T
+	group string
+	url   string
+	res   *resource
+	names []string
+	dir   string
+}
+
+func (s *suite) partitionProcesses(t *testing.T) {
 	res := newResource()
 	srv := httptest.NewServer(res.handler())
 	defer srv.Close()
-	r := &run{t: t, cfg: cfg, connect: connect, url: srv.URL, res: res, names: partitionNames(cfg.Partitions)}
-	defer r.stopAll()
+	r := &partitionRun{s: s, t: t, group: s.key(t, "g"), url: srv.URL, res: res,
+		names: partitionNames(partitionCount), dir: t.TempDir()}
 
-	var live []*worker
-	for i := range cfg.Workers {
+	var live []*partitionProc
+	for i := range partitionWorkers {
 		live = append(live, r.start(fmt.Sprintf("w%d", i)))
 	}
-	r.balanced(live, fmt.Sprintf("%d workers started", cfg.Workers))
+	r.balanced(live, fmt.Sprintf("%d workers started", partitionWorkers))
 
 	live[0].kill()
 	live = live[1:]
 	r.balanced(live, "after a worker was killed with SIGKILL")
 
-	live = append(live, r.start(fmt.Sprintf("w%d", cfg.Workers)))
+	live = append(live, r.start(fmt.Sprintf("w%d", partitionWorkers)))
 	r.balanced(live, "after a worker joined")
 
 	// A kill and a join at once.
 	live[0].kill()
-	live = append(live[1:], r.start(fmt.Sprintf("w%d", cfg.Workers+1)))
+	live = append(live[1:], r.start(fmt.Sprintf("w%d", partitionWorkers+1)))
 	r.balanced(live, "after a kill and a join at once")
 
 	for _, w := range live {
@@ -127,121 +93,49 @@ func Run(t *testing.T, cfg Config) {
 	r.allFree()
 }
 
-// allFree checks that, every worker gone, no partition or member lease is
-// left held.
-func (r *run) allFree() {
-	r.t.Helper()
-	drv, closeDrv, err := r.cfg.Open(r.connect)
-	if err != nil {
-		r.t.Fatalf("Open: %v", err)
-	}
-	if closeDrv != nil {
-		defer closeDrv()
-	}
-	c := fence.New(drv)
-	ctx, cancel := context.WithTimeout(context.Background(), r.slack())
-	defer cancel()
-	for i, name := range r.names {
-		for _, key := range []string{group + "/partitions/" + name, group + "/members/" + strconv.Itoa(i)} {
-			if h, err := c.Inspect(ctx, key); !errors.Is(err, fence.ErrNotHeld) {
-				r.t.Errorf("%s after every worker left: holder %+v, %v; want it free", key, h, err)
-			}
-		}
-	}
-}
-
-type run struct {
-	t       *testing.T
-	cfg     Config
-	connect string
-	url     string
-	res     *resource
-	names   []string
-
-	mu      sync.Mutex
-	workers []*worker
-}
-
-func (r *run) slack() time.Duration { return max(10*time.Second, 5*r.cfg.TTL) }
-
-// worker is one worker process.
-type worker struct {
-	r    *run
+// partitionProc is one worker process.
+type partitionProc struct {
+	r    *partitionRun
 	name string
-	cmd  *exec.Cmd
-	out  *strings.Builder
-	done chan struct{}
-	err  error
+	p    *process
 }
 
-func (r *run) start(name string) *worker {
+func (r *partitionRun) start(name string) *partitionProc {
 	r.t.Helper()
-	pattern := "^" + regexp.QuoteMeta(r.t.Name()) + "$"
-	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(),
-		envWorker+"="+r.t.Name(),
-		envName+"="+name,
-		envConnect+"="+r.connect,
-		envURL+"="+r.url,
-		envTTL+"="+r.cfg.TTL.String(),
-		envCount+"="+strconv.Itoa(r.cfg.Partitions),
-	)
-	w := &worker{r: r, name: name, cmd: cmd, out: &strings.Builder{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = &lockedWriter{b: w.out}, &lockedWriter{b: w.out}
-	if err := cmd.Start(); err != nil {
-		r.t.Fatalf("starting worker %s: %v", name, err)
-	}
-	go func() {
-		w.err = cmd.Wait()
-		close(w.done)
-	}()
-	r.mu.Lock()
-	r.workers = append(r.workers, w)
-	r.mu.Unlock()
-	r.t.Logf("worker %s started (pid %d)", name, cmd.Process.Pid)
-	return w
+	p := r.s.startWorker(r.t, rolePartition, r.group, r.dir, len(r.names), envName+"="+name, envURL+"="+r.url)
+	r.t.Logf("worker %s started (pid %d)", name, p.cmd.Process.Pid)
+	return &partitionProc{r: r, name: name, p: p}
 }
 
 // kill ends the worker with SIGKILL: it stops renewing at once and its
-// leases expire in the store.
-func (w *worker) kill() {
-	_ = w.cmd.Process.Signal(syscall.SIGKILL)
-	<-w.done
+// leases end in the store.
+func (w *partitionProc) kill() {
+	w.p.kill()
 	w.r.res.forget(w.name)
 	w.r.t.Logf("worker %s killed", w.name)
 }
 
-// stop asks the worker to leave (Run's context ends: it stops its work and
-// releases everything) and waits for it to exit cleanly.
-func (w *worker) stop() {
+// stop asks the worker to leave (its Run's context ends: it stops its work
+// and releases everything) and waits for it to exit cleanly.
+func (w *partitionProc) stop() {
 	w.r.res.askStop(w.name)
 	select {
-	case <-w.done:
-		if w.err != nil {
-			w.r.t.Errorf("worker %s exited with %v; output:\n%s", w.name, w.err, w.out)
+	case <-w.p.done:
+		if w.p.err != nil {
+			w.r.t.Errorf("worker %s exited with %v; output:\n%s", w.name, w.p.err, w.p.out)
 		}
-	case <-time.After(w.r.slack()):
-		_ = w.cmd.Process.Kill()
-		<-w.done
-		w.r.t.Errorf("worker %s did not stop within %v; output:\n%s", w.name, w.r.slack(), w.out)
+	case <-time.After(w.r.s.slack()):
+		w.p.kill()
+		w.r.t.Errorf("worker %s did not stop within %v; output:\n%s", w.name, w.r.s.slack(), w.p.out)
 	}
 	w.r.res.forget(w.name)
 }
 
-func (r *run) stopAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, w := range r.workers {
-		_ = w.cmd.Process.Kill()
-		<-w.done
-	}
-}
-
 // balanced waits until the live workers together report every partition,
 // none twice, each worker within one of P/W.
-func (r *run) balanced(live []*worker, when string) {
+func (r *partitionRun) balanced(live []*partitionProc, when string) {
 	r.t.Helper()
-	limit := 30*r.cfg.TTL + r.slack()
+	limit := 30*r.s.cfg.TTL + 2*r.s.slack()
 	deadline := time.Now().Add(limit)
 	start := time.Now()
 	for {
@@ -266,7 +160,7 @@ func (r *run) balanced(live []*worker, when string) {
 		}
 		if time.Now().After(deadline) {
 			for _, w := range live {
-				r.t.Logf("worker %s output:\n%s", w.name, w.out)
+				r.t.Logf("worker %s output:\n%s", w.name, w.p.out)
 			}
 			r.t.Fatalf("%s: not balanced within %v: %v (total %d of %d) %s", when, limit, counts, total, len(r.names), clash)
 		}
@@ -275,7 +169,7 @@ func (r *run) balanced(live []*worker, when string) {
 }
 
 // check examines the writes the resource saw.
-func (r *run) check() {
+func (r *partitionRun) check() {
 	r.t.Helper()
 	r.res.mu.Lock()
 	defer r.res.mu.Unlock()
@@ -306,6 +200,30 @@ func (r *run) check() {
 	r.t.Logf("the resource accepted %d writes and refused %d", total, len(r.res.refused))
 }
 
+// allFree checks that, every worker gone, no partition or member lease is
+// left held (the killed workers' ones have ended in the store).
+func (r *partitionRun) allFree() {
+	r.t.Helper()
+	c := r.s.client(r.t)
+	ctx := r.s.ctx(r.t)
+	deadline := time.Now().Add(r.s.cfg.TTL + r.s.slack())
+	for i, name := range r.names {
+		for _, key := range []string{r.group + "/partitions/" + name, r.group + "/members/" + strconv.Itoa(i)} {
+			for {
+				h, err := c.Inspect(ctx, key)
+				if errors.Is(err, fence.ErrNotHeld) {
+					break
+				}
+				if time.Now().After(deadline) {
+					r.t.Errorf("%s after every worker left: holder %+v, %v; want it free", key, h, err)
+					break
+				}
+				time.Sleep(r.s.cfg.TTL / 10)
+			}
+		}
+	}
+}
+
 // resource is the guarded resource and the workers' reports.
 type resource struct {
 	guard fence.MemoryGuard
@@ -320,7 +238,6 @@ type resource struct {
 type write struct {
 	worker string
 	token  int64
-	at     time.Time
 }
 
 type report struct {
@@ -339,7 +256,7 @@ func (res *resource) handler() http.Handler {
 		token, _ := fencehttp.ParseToken(r.Header)
 		res.mu.Lock()
 		p := partition(r)
-		res.accepted[p] = append(res.accepted[p], write{r.URL.Query().Get("worker"), token, time.Now()})
+		res.accepted[p] = append(res.accepted[p], write{r.URL.Query().Get("worker"), token})
 		res.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
@@ -350,7 +267,7 @@ func (res *resource) handler() http.Handler {
 		if rec.status == http.StatusConflict {
 			token, _ := fencehttp.ParseToken(r.Header)
 			res.mu.Lock()
-			res.refused = append(res.refused, write{r.URL.Query().Get("worker") + " on " + partition(r), token, time.Now()})
+			res.refused = append(res.refused, write{r.URL.Query().Get("worker") + " on " + partition(r), token})
 			res.mu.Unlock()
 		}
 	}))
@@ -405,40 +322,12 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
-type lockedWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-// runWorker is the body of a worker process: it joins the group and works
-// its partitions, writing to the resource with their tokens, until the
-// test asks it to stop (or its parent is gone).
-func runWorker(t *testing.T, cfg Config) {
+// partitionWorker is the body of a partition worker process: it joins the
+// group and works its partitions, writing to the resource with their
+// tokens, until the test asks it to stop (or its parent is gone, which
+// runWorker watches).
+func partitionWorker(t *testing.T, c *fence.Client, group string, n int) {
 	name, url := os.Getenv(envName), os.Getenv(envURL)
-	ttl, err := time.ParseDuration(os.Getenv(envTTL))
-	if err != nil {
-		t.Fatalf("worker: bad %s: %v", envTTL, err)
-	}
-	n, _ := strconv.Atoi(os.Getenv(envCount))
-	drv, closeDrv, err := cfg.Open(os.Getenv(envConnect))
-	if err != nil {
-		t.Fatalf("worker %s: Open: %v", name, err)
-	}
-	c := fence.New(drv, fence.WithTTL(ttl))
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-		if closeDrv != nil {
-			_ = closeDrv()
-		}
-	}()
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 
@@ -446,11 +335,9 @@ func runWorker(t *testing.T, cfg Config) {
 	defer cancel()
 	p := c.Partitions(group, partitionNames(n), fence.WithOwner(name))
 
-	// Report what this worker owns every 50 ms; stop when told to, or when
-	// the parent is gone.
+	// Report what this worker owns every 50 ms; stop when told to.
 	var reporting sync.WaitGroup
 	reporting.Go(func() {
-		parent := os.Getppid()
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -458,9 +345,6 @@ func runWorker(t *testing.T, cfg Config) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-			}
-			if os.Getppid() != parent {
-				os.Exit(3)
 			}
 			resp, err := client.Post(url+"/owned?worker="+name, "text/plain", strings.NewReader(strings.Join(p.Owned(), ",")))
 			if err != nil {
