@@ -84,6 +84,16 @@ func (s *suite) sessionLoss(t *testing.T) {
 			if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
 				t.Errorf("Release of the lease whose session was killed: %v; want ErrLost", err)
 			}
+			// The driver whose session was killed carries on, with a new
+			// session.
+			l3, err := acquireKind(ctx, a, key, k, true, fence.WithWait(s.slack()))
+			if err != nil {
+				t.Fatalf("Acquire on the client whose session was killed: %v", err)
+			}
+			if l3.Token() <= l.Token() {
+				t.Errorf("token %d after the killed holder's %d", l3.Token(), l.Token())
+			}
+			mustRelease(t, ctx, l3)
 		})
 	}
 }
