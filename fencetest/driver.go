@@ -117,6 +117,7 @@ func (s *suite) tryNeverWaits(t *testing.T, ctx context.Context) {
 	ks := kinds(drv)
 	results := make(chan result, len(ks))
 	var claims []fence.Claim
+	tokens := map[fence.Kind]int64{} // the holder's, by the kind refused
 	for _, k := range ks {
 		key := s.key(t, "driver-"+k.String())
 		// The holder's TTL is long, where the driver takes it, so that the
@@ -131,6 +132,7 @@ func (s *suite) tryNeverWaits(t *testing.T, ctx context.Context) {
 			t.Fatalf("%s: driver TryAcquire of a free key: %v", blocker(k), err)
 		}
 		claims = append(claims, c)
+		tokens[k] = c.Token()
 		go func() {
 			tctx, cancel := context.WithTimeout(ctx, s.slack())
 			defer cancel()
@@ -153,6 +155,9 @@ func (s *suite) tryNeverWaits(t *testing.T, ctx context.Context) {
 				r.kind, r.err, r.elapsed.Round(time.Millisecond))
 		case r.elapsed > s.slack():
 			t.Errorf("%s: driver TryAcquire on a held key took %v; it must not wait", r.kind, r.elapsed)
+		case held.Holder != nil && held.Holder.Token != tokens[r.kind]:
+			t.Errorf("%s: refused naming the holder with token %d; the key is held as %s with token %d",
+				r.kind, held.Holder.Token, blocker(r.kind), tokens[r.kind])
 		}
 	}
 	for _, c := range claims {

@@ -39,20 +39,25 @@ func (s *suite) sessionLoss(t *testing.T) {
 			}
 			// The contender: a writer behind a reader, else the same kind.
 			wk := blocker(k)
-			got := make(chan *fence.Lease, 1)
+			type grant struct {
+				l  *fence.Lease
+				at time.Time
+			}
+			got := make(chan grant, 1)
 			go func() {
 				l2, err := acquireKind(ctx, b, key, wk, true, fence.WithWait(ttl+s.slack()))
 				if err != nil {
 					t.Errorf("contender (%s): %v", wk, err)
 				}
-				got <- l2
+				got <- grant{l2, time.Now()}
 			}()
 			time.Sleep(s.cfg.TTL / 10) // let the contender start waiting
 			killed := time.Now()
 			if err := s.store.KillSession(ctx, key, k); err != nil {
 				t.Fatalf("Store.KillSession(%q, %s): %v", key, k, err)
 			}
-			prompt := ttl / 2
+			// Prompt: well before the lease's validity would end it.
+			prompt := ttl * 3 / 4
 			select {
 			case <-l.Done():
 				t.Logf("loss noticed %v after the session was killed", time.Since(killed).Round(time.Millisecond))
@@ -65,20 +70,24 @@ func (s *suite) sessionLoss(t *testing.T) {
 				t.Errorf("cause of the loss: %v; want a *LostError with reason %q (the driver reports the session's end)", err, fence.LossSession)
 			}
 			select {
-			case l2 := <-got:
-				if l2 == nil {
+			case g := <-got:
+				if g.l == nil {
 					break
 				}
-				t.Logf("contender got the key %v after the kill", time.Since(killed).Round(time.Millisecond))
-				if l2.Token() <= l.Token() {
-					t.Errorf("contender's token %d is not greater than the killed holder's %d", l2.Token(), l.Token())
+				took := g.at.Sub(killed)
+				t.Logf("contender got the key %v after the kill", took.Round(time.Millisecond))
+				if took > prompt {
+					t.Errorf("the contender got the key only %v after the holder's session was killed (TTL %v): it must be freed at once", took, ttl)
 				}
-				mustRelease(t, ctx, l2)
+				if g.l.Token() <= l.Token() {
+					t.Errorf("contender's token %d is not greater than the killed holder's %d", g.l.Token(), l.Token())
+				}
+				mustRelease(t, ctx, g.l)
 			case <-time.After(prompt - time.Since(killed)):
 				t.Errorf("the contender did not get the key %v after the holder's session was killed (TTL %v): it must be freed at once",
 					time.Since(killed).Round(time.Millisecond), ttl)
-				if l2 := <-got; l2 != nil {
-					mustRelease(t, ctx, l2)
+				if g := <-got; g.l != nil {
+					mustRelease(t, ctx, g.l)
 				}
 			}
 			if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
