@@ -139,22 +139,12 @@ func (r *partitionRun) balanced(live []*partitionProc, when string) {
 	deadline := time.Now().Add(limit)
 	start := time.Now()
 	for {
-		counts, total, clash := map[string]int{}, 0, ""
-		owner := map[string]string{}
-		lo, hi := len(r.names), 0
+		owned := map[string][]string{}
 		for _, w := range live {
-			owned := r.res.owned(w.name, 2*time.Second)
-			counts[w.name] = len(owned)
-			total += len(owned)
-			lo, hi = min(lo, len(owned)), max(hi, len(owned))
-			for _, p := range owned {
-				if o, ok := owner[p]; ok {
-					clash = fmt.Sprintf("%s reported by %s and %s", p, o, w.name)
-				}
-				owner[p] = w.name
-			}
+			owned[w.name] = r.res.owned(w.name, 2*time.Second)
 		}
-		if clash == "" && total == len(r.names) && hi-lo <= 1 {
+		counts, total, spread, clash := tally(owned)
+		if clash == "" && total == len(r.names) && spread <= 1 {
 			r.t.Logf("%s: balanced after %v: %v", when, time.Since(start).Round(time.Millisecond), counts)
 			return
 		}

@@ -104,26 +104,15 @@ func (s *suite) partitions(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(30*s.cfg.TTL + s.slack())
 		for {
-			total, lo, hi := 0, len(names), 0
-			counts := map[string]int{}
-			owner := map[string]string{}
-			clash := ""
+			owned := map[string][]string{}
 			for _, w := range live {
-				owned := w.p.Owned()
-				counts[w.name] = len(owned)
-				total += len(owned)
-				lo, hi = min(lo, len(owned)), max(hi, len(owned))
-				for _, p := range owned {
-					if o, ok := owner[p]; ok {
-						clash = fmt.Sprintf("%s owned by %s and %s", p, o, w.name)
-					}
-					owner[p] = w.name
-				}
+				owned[w.name] = w.p.Owned()
 			}
+			counts, total, spread, clash := tally(owned)
 			if clash != "" {
 				t.Errorf("%s: partition %s at once", when, clash)
 			}
-			if total == len(names) && hi-lo <= 1 {
+			if total == len(names) && spread <= 1 {
 				t.Logf("%s: balanced %v", when, counts)
 				return
 			}
@@ -161,4 +150,28 @@ func (s *suite) partitions(t *testing.T) {
 	if len(pl.intervals) != len(names) {
 		t.Errorf("%d of %d partitions were ever worked", len(pl.intervals), len(names))
 	}
+}
+
+// tally sums up who owns which partitions, by worker: how many each, how
+// many in all, the most minus the fewest, and a partition owned by two
+// ("" if none).
+func tally(owned map[string][]string) (counts map[string]int, total, spread int, clash string) {
+	counts = map[string]int{}
+	owner := map[string]string{}
+	lo, hi := -1, 0
+	for name, ps := range owned {
+		counts[name] = len(ps)
+		total += len(ps)
+		if lo < 0 || len(ps) < lo {
+			lo = len(ps)
+		}
+		hi = max(hi, len(ps))
+		for _, p := range ps {
+			if o, ok := owner[p]; ok {
+				clash = fmt.Sprintf("%s owned by %s and %s", p, o, name)
+			}
+			owner[p] = name
+		}
+	}
+	return counts, total, hi - max(lo, 0), clash
 }
