@@ -235,51 +235,6 @@ func TestKeysDoNotNest(t *testing.T) {
 	_ = lab.Release(ctx)
 }
 
-// TestRevokedHolderLeaseLosesPromptly revokes the holder's session lease in
-// etcd: the holder's lease context must end through the session, long
-// before its local validity would.
-func TestRevokedHolderLeaseLosesPromptly(t *testing.T) {
-	srv := testserver.Etcd(t)
-	ctx := ctxT(t)
-	cli := newClient(t, srv.Endpoints())
-	d := newDriver(t, srv.Endpoints())
-	const long = 20 * time.Second
-	c := newFence(t, d, fence.WithTTL(long), fence.WithoutRenewal())
-	l, err := c.TryAcquire(ctx, "revoke")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Revoke(ctx, leaseOf(t, ctx, cli, d, "revoke", 0)); err != nil {
-		t.Fatal(err)
-	}
-	revoked := time.Now()
-	select {
-	case <-l.Done():
-		t.Logf("loss noticed %v after the revoke", time.Since(revoked))
-	case <-time.After(long / 2):
-		t.Fatalf("lease still valid %v after its session lease was revoked", long/2)
-	}
-	var lost *fence.LostError
-	if !errors.As(l.Err(), &lost) || lost.Reason != fence.LossSession {
-		t.Errorf("cause %v; want a *LostError with reason %q", l.Err(), fence.LossSession)
-	}
-	// The driver starts a new session for the next acquisition.
-	other := newFence(t, newDriver(t, srv.Endpoints()))
-	l2, err := other.TryAcquire(ctx, "revoke")
-	if err != nil {
-		t.Fatalf("TryAcquire after the holder's session was revoked: %v", err)
-	}
-	if l2.Token() <= l.Token() {
-		t.Errorf("token %d after %d", l2.Token(), l.Token())
-	}
-	_ = l2.Release(ctx)
-	l3, err := c.TryAcquire(ctx, "revoke")
-	if err != nil {
-		t.Fatalf("TryAcquire on the driver whose session was revoked: %v", err)
-	}
-	_ = l3.Release(ctx)
-}
-
 // TestWaiterWithEndedSessionStops is etcd#19597 (a waiter keeps waiting
 // after its session expired) and etcd#11456 (a lock is granted after the
 // waiter's lease expired): a waiter whose session lease is revoked must

@@ -2,6 +2,7 @@ package fenceetcd_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,30 @@ func conformanceStore(t *testing.T, endpoints []string) fencetest.Store {
 			}
 			_, err = cli.Delete(ctx, string(resp.Kvs[0].Key))
 			return err
+		},
+		// The holder's entry is the first of its kind's queue; its lease
+		// is the holder's session.
+		KillSession: func(ctx context.Context, key string, kind fence.Kind) error {
+			resp, err := cli.Get(ctx, kindDir(d, key, kind), clientv3.WithFirstCreate()...)
+			if err != nil {
+				return err
+			}
+			if len(resp.Kvs) == 0 {
+				return fmt.Errorf("no entry holds %s %q", kind, key)
+			}
+			_, err = cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+			return err
+		},
+		// Every entry of the key in every kind. Tokens are create
+		// revisions, which the cluster never issues twice: nothing of a
+		// key's own keeps them growing.
+		Wipe: func(ctx context.Context, key string) error {
+			for _, k := range []fence.Kind{fence.KindLock, fence.KindSemaphore, fence.KindWrite} {
+				if _, err := cli.Delete(ctx, kindDir(d, key, k), clientv3.WithPrefix()); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 		Queue: func(ctx context.Context, key string, kind fence.Kind) (int, error) {
 			resp, err := cli.Get(ctx, kindDir(d, key, kind), clientv3.WithPrefix(), clientv3.WithCountOnly())

@@ -3,6 +3,7 @@ package fencefile_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/fencing/fence/fencetest"
 )
 
+// No Store.KillSession: a lock is held by its holder's open file, and the
+// kernel frees it when the process dies (the suite's HolderDies).
 func TestConformance(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		SessionBound: true,
@@ -23,6 +26,25 @@ func TestConformance(t *testing.T) {
 				Connect: s.Dir(),
 				Delete: func(_ context.Context, key string) error {
 					return s.Break(key)
+				},
+				// A lost state directory, as a tmpfs after a reboot: every
+				// file of the key goes (its lock file, and for the other
+				// kinds its counter and slot files, all named after the
+				// lock file).
+				Wipe: func(_ context.Context, key string) error {
+					base := strings.TrimSuffix(filepath.Base(s.Path(key)), ".lock")
+					entries, err := os.ReadDir(s.Dir())
+					if err != nil {
+						return err
+					}
+					for _, e := range entries {
+						if e.Name() == base+".lock" || strings.HasPrefix(e.Name(), base+".") {
+							if err := os.Remove(filepath.Join(s.Dir(), e.Name())); err != nil {
+								return err
+							}
+						}
+					}
+					return nil
 				},
 				// Lock files stay (they keep the token counters); what must
 				// not stay is a held lock or a stray temporary file.

@@ -15,6 +15,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// No Store.Wipe: a Store keeps nothing outside its process, and a new one
+// starts its tokens at 1 again, as documented (fencemem is for tests of
+// user code). No KillSession: its leases are bound to no session.
 func TestConformance(t *testing.T) {
 	store := fencemem.New()
 	fencetest.Run(t, fencetest.Config{

@@ -82,6 +82,21 @@ func conformanceStore(t *testing.T, connect string) fencetest.Store {
 			// As an operator would: nats kv del.
 			return kv.Delete(ctx, d.Name(key))
 		},
+		// Every message of the key's subject goes, markers included.
+		// Tokens are the stream's sequence numbers, which never go back
+		// while the stream lives.
+		Wipe: func(ctx context.Context, key string) error {
+			st, err := kv.Status(ctx)
+			if err != nil {
+				return err
+			}
+			name := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Name
+			s, err := connectJS(t, parts[0]).Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			return s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+parts[1]+"."+d.Name(key)))
+		},
 		// Every subject of the bucket that still has a message, but the
 		// delete markers Store.Delete leaves (an operator's business).
 		Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
@@ -130,6 +145,8 @@ func leftovers(ctx context.Context, kv jetstream.KeyValue, d *fencenats.Driver, 
 	return left, nil
 }
 
+// NATS KV entries end with their TTL, bound to no session: no
+// KillSession.
 func TestConformance(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL: ttl,

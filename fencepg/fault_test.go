@@ -48,51 +48,6 @@ func leaseClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.Option) (*fence
 	return c, d
 }
 
-// pg_terminate_backend on a session-mode holder's connection cancels that
-// lease's context promptly (well under its TTL: the renewal would take a
-// third of it) and frees the key for the next acquirer, with a higher token.
-func TestSessionTerminateBackendCancelsLease(t *testing.T) {
-	_, pool := server(t)
-	ctx := ctxFor(t)
-	const ttl = time.Minute
-	a := sessionClient(t, openPool(t, pool.Config().ConnString()), fence.WithTTL(ttl))
-	b := sessionClient(t, openPool(t, pool.Config().ConnString()), fence.WithTTL(ttl))
-	l, err := a.TryAcquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.TryAcquire(ctx, "job"); !errors.Is(err, fence.ErrHeld) {
-		t.Fatalf("TryAcquire of a held key: %v; want ErrHeld", err)
-	}
-	killed := time.Now()
-	if err := terminateHolder(ctx, pool, "job"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-l.Done():
-		t.Logf("lease context cancelled %v after pg_terminate_backend", time.Since(killed))
-	case <-time.After(ttl / 6):
-		t.Fatalf("lease context still alive %v after its connection was terminated", time.Since(killed))
-	}
-	var lost *fence.LostError
-	if !errors.As(l.Err(), &lost) || lost.Reason != fence.LossSession {
-		t.Errorf("cause: %v; want a *LostError with reason %q", l.Err(), fence.LossSession)
-	}
-	l2, err := b.Acquire(ctx, "job", fence.WithWait(10*time.Second))
-	if err != nil {
-		t.Fatalf("Acquire after the holder's connection was terminated: %v", err)
-	}
-	if l2.Token() <= l.Token() {
-		t.Errorf("new token %d is not above the terminated holder's %d", l2.Token(), l.Token())
-	}
-	if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
-		t.Errorf("Release of the lost lease: %v; want ErrLost", err)
-	}
-	if err := l2.Release(ctx); err != nil {
-		t.Errorf("Release: %v", err)
-	}
-}
-
 // A session-mode wait cancelled by its context leaves no lock request
 // queued in the server, and the connection it used is not reused.
 func TestSessionCancelledWaitLeavesNoRequest(t *testing.T) {

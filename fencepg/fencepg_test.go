@@ -79,10 +79,14 @@ func TestConformanceLease(t *testing.T) {
 					_, err := pool.Exec(ctx, `UPDATE fence_locks SET owner = NULL WHERE key = $1`, key)
 					return err
 				},
+				Wipe: func(ctx context.Context, key string) error { return wipe(ctx, pool, key) },
 				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
+					// Rows of leases that expired (a killed holder's) stay
+					// until taken over: only live ones are left behind.
 					return leftovers(ctx, pool, `SELECT key FROM fence_locks WHERE starts_with(key, $1) AND owner IS NOT NULL
+						AND expires_at > now()
 						UNION ALL SELECT kind || ' ' || key FROM fence_kinds
-						WHERE starts_with(key, $1) AND slot >= 0 AND owner IS NOT NULL`, prefix)
+						WHERE starts_with(key, $1) AND slot >= 0 AND owner IS NOT NULL AND expires_at > now()`, prefix)
 				},
 			}
 		},
@@ -113,8 +117,16 @@ func TestConformanceSession(t *testing.T) {
 				Connect: srv.DSN(),
 				// Deleting a session lease kills the holder's connection.
 				Delete: func(ctx context.Context, key string) error {
-					return terminateHolder(ctx, pool, key)
+					return terminateHolder(ctx, pool, fencepg.AdvisoryID(key), key)
 				},
+				KillSession: func(ctx context.Context, key string, kind fence.Kind) error {
+					id := fencepg.AdvisoryID(key)
+					if kind != fence.KindLock {
+						id = fencepg.RWAdvisoryID(key)
+					}
+					return terminateHolder(ctx, pool, id, key)
+				},
+				Wipe: func(ctx context.Context, key string) error { return wipe(ctx, pool, key) },
 				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
 					return leftovers(ctx, pool, `SELECT key FROM fence_tokens t JOIN pg_locks l
 						ON l.locktype = 'advisory' AND l.classid::bigint = ((t.lock_id >> 32) & 4294967295)
@@ -142,26 +154,28 @@ func TestConformanceSession(t *testing.T) {
 	})
 }
 
-// terminateHolder ends the backend that holds key's advisory lock, as an
-// operator's pg_terminate_backend or a crash of the connection would.
-func terminateHolder(ctx context.Context, pool *pgxpool.Pool, key string) error {
-	id := fencepg.AdvisoryID(key)
-	var n int
-	err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+// terminateHolder ends the backends that hold the advisory lock id (of
+// key), as an operator's pg_terminate_backend or a crash of the connection
+// would, and waits until they are gone.
+func terminateHolder(ctx context.Context, pool *pgxpool.Pool, id int64, key string) error {
+	var pids []int32
+	err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(pid), '{}') FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND objid::bigint = ($1::bigint & 4294967295)`, id).Scan(&n)
-	if err == nil && n == 0 {
+		AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND objid::bigint = ($1::bigint & 4294967295)`, id).Scan(&pids)
+	if err == nil && len(pids) == 0 {
 		err = fmt.Errorf("no backend holds %q", key)
 	}
 	if err != nil {
 		return err
 	}
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, pids); err != nil {
+		return err
+	}
 	// pg_terminate_backend only signals the backend: wait until it is gone
-	// and its lock with it.
+	// (its lock may go to a waiter at once).
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND granted AND objsubid = 1
-			AND classid::bigint = (($1::bigint >> 32) & 4294967295) AND objid::bigint = ($1::bigint & 4294967295)`, id).Scan(&n)
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&n)
 		if err != nil || n == 0 {
 			return err
 		}
@@ -170,6 +184,17 @@ func terminateHolder(ctx context.Context, pool *pgxpool.Pool, key string) error 
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// wipe deletes every row of key, counters included, as a failover to a
+// replica that never saw them or a truncated table would.
+func wipe(ctx context.Context, pool *pgxpool.Pool, key string) error {
+	for _, table := range []string{"fence_locks", "fence_tokens", "fence_kinds"} {
+		if _, err := pool.Exec(ctx, `DELETE FROM `+table+` WHERE key = $1`, key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func leftovers(ctx context.Context, pool *pgxpool.Pool, q, prefix string) ([]string, error) {

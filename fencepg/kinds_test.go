@@ -1,17 +1,13 @@
 package fencepg_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/fencepg"
 )
 
 // Grants of one semaphore are serialized by its counter row: callers that
@@ -99,109 +95,6 @@ func TestLeaseSemaphoreExpiredSlot(t *testing.T) {
 	}
 	if err := c.Release(ctx); err != nil {
 		t.Errorf("the new holder's Release: %v", err)
-	}
-}
-
-// A slot's release wakes the key's watchers (NOTIFY on the lock table's
-// channel, as for locks).
-func TestLeaseSemaphoreReleaseNotifies(t *testing.T) {
-	_, pool := server(t)
-	ctx := ctxFor(t)
-	_, d := leaseClient(t, pool)
-	c, err := d.TryAcquire(ctx, fence.Request{Key: "s", Owner: "a", TTL: time.Minute, Kind: fence.KindSemaphore, Limit: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch, err := d.Watch(wctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no wake-up after a slot's release")
-	}
-}
-
-// PostgreSQL's lock queue prefers writers: once a writer waits in the
-// server, a new reader's try fails and its wait queues behind the writer;
-// a cancelled writer leaves the queue at once and lets the reader in.
-func TestSessionRWWriterPreference(t *testing.T) {
-	_, pool := server(t)
-	ctx := ctxFor(t)
-	r1, err := sessionClient(t, pool, fence.WithTTL(time.Minute)).RWMutex("doc").TryAcquireRead(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wd, err := fencepg.NewSessionDriver(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wd.Close()
-	wctx, cancelWriter := context.WithCancel(ctx)
-	writerDone := make(chan error, 1)
-	go func() {
-		_, err := wd.Acquire(wctx, fence.Request{Key: "doc", Owner: "writer", TTL: time.Minute, Kind: fence.KindWrite})
-		writerDone <- err
-	}()
-	waitUngranted(t, ctx, pool, 1)
-	reader := sessionClient(t, pool, fence.WithTTL(time.Minute))
-	if _, err := reader.RWMutex("doc").TryAcquireRead(ctx); !errors.Is(err, fence.ErrHeld) {
-		t.Fatalf("TryAcquireRead while a writer waits: %v; want ErrHeld", err)
-	}
-	readerDone := make(chan *fence.Lease, 1)
-	go func() {
-		l, err := reader.RWMutex("doc").AcquireRead(ctx)
-		if err != nil {
-			t.Errorf("reader behind the writer: %v", err)
-		}
-		readerDone <- l
-	}()
-	waitUngranted(t, ctx, pool, 2)
-	select {
-	case <-readerDone:
-		t.Fatal("a reader got in past a waiting writer")
-	case <-time.After(300 * time.Millisecond):
-	}
-	cancelWriter()
-	if err := <-writerDone; !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled writer: %v", err)
-	}
-	select {
-	case l := <-readerDone:
-		if l != nil {
-			if l.Token() <= r1.Token() {
-				t.Errorf("reader's token %d not above the earlier reader's %d", l.Token(), r1.Token())
-			}
-			_ = l.Release(ctx)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the cancelled writer still keeps the reader out")
-	}
-	_ = r1.Release(ctx)
-}
-
-// waitUngranted waits until n advisory lock requests wait in the server.
-func waitUngranted(t *testing.T, ctx context.Context, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d advisory lock requests waiting; want %d", waiting, n)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 const clockToken = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 
 // nextToken is the SQL for the token after prev: prev + 1, or the server's
-// clock in microseconds if that is greater (DESIGN rule 2).
+// clock in microseconds if that is greater (docs/design.md rule 2).
 func nextToken(prev string) string {
 	return `greatest(` + prev + ` + 1, ` + clockToken + `)`
 }

@@ -1,8 +1,11 @@
 package fenceredis
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencetest"
@@ -11,12 +14,41 @@ import (
 
 const suiteTTL = 2 * time.Second // generous: renewals must fit under heavy CI load
 
+// Redis leases end with their TTL, bound to no session: no KillSession.
 func store(connect func(t *testing.T) string) func(t *testing.T) fencetest.Store {
 	return func(t *testing.T) fencetest.Store {
 		c := connect(t)
 		r := newRaw(t, c)
-		return fencetest.Store{Connect: c, Delete: r.deleteLock, Leftovers: r.leftovers}
+		return fencetest.Store{Connect: c, Delete: r.deleteLock, Leftovers: r.leftovers, Wipe: r.wipe}
 	}
+}
+
+// wipe deletes every Redis key of key, counters included, on every server:
+// a Redis restarted empty, or a FLUSHALL, as far as key goes. All of a
+// key's names, in every kind, start with its lock name.
+func (r *raw) wipe(ctx context.Context, key string) error {
+	pattern := globEscape(lockNames(DefaultPrefix, key).lock) + "*"
+	del := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	for _, c := range r.cs {
+		var err error
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
+		} else {
+			err = del(ctx, c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func TestConformanceSingle(t *testing.T) {

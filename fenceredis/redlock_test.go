@@ -19,7 +19,7 @@ func redlockSetup(t *testing.T, n int) ([]*testserver.RedisServer, string, *raw)
 	return srvs, connect, newRaw(t, connect)
 }
 
-// The sequence of DESIGN.md section 5's note: acquisitions that reach
+// The sequence of docs/design.md section 5's note: acquisitions that reach
 // {A,B}, then {B,C}, then {A,C}. Counters are set far above the clock so
 // that the time seed plays no part and only the counters decide.
 func TestRedlockTokensTwoPhase(t *testing.T) {

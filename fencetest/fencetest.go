@@ -1,7 +1,9 @@
 // Package fencetest is the conformance suite for fence drivers, in the
 // spirit of testing/fstest.TestFS: one function, Run, that checks a driver
-// against every rule of fence's contract (DESIGN.md section 3) and reports
-// every problem it finds.
+// against every rule of fence's contract and reports every problem it
+// finds. The contract is the Driver interface's doc comments (and those of
+// the optional interfaces) and section 3 of docs/design.md, whose rules
+// are cited below by number.
 //
 // A driver's test calls Run first thing, with all of its setup (starting a
 // server, creating a schema) inside Config.Setup:
@@ -22,58 +24,98 @@
 // So Setup must hold every side effect, and Open must work from the
 // connect string alone.
 //
-// The checks, each a subtest:
-//   - BadInput: empty, oversized, non-UTF-8 and NUL keys, zero, negative
-//     and too-short TTLs are refused with ErrInvalidKey / ErrInvalidTTL and
-//     change nothing.
-//   - KeyShapes: keys with slashes, dots, braces, unicode, case
-//     differences and MaxKeyLen bytes are distinct locks.
-//   - TryAcquireHeld: TryAcquire on a held key fails at once with a
-//     *HeldError (with the right holder, where the driver can Inspect),
-//     also from the same Client (leases are not reentrant).
-//   - Tokens: tokens strictly increase for a key across release and
-//     re-acquire, across clients, after expiry and after a steal.
-//   - MutualExclusion: many goroutines on several clients contend for one
-//     key; at most one is ever inside, and tokens increase in the order of
-//     entry.
-//   - MutualExclusionProcesses: the same across several OS processes.
-//   - WaitWakes: a waiting Acquire gets the key after its release.
+// Where the Client would hide a broken rule (its renewals make up for a
+// lease granted too short, its polling for a Watch that never fires, its
+// validation for input a driver would mishandle), the check calls the
+// driver itself and watches the store. The checks, each a subtest, with
+// the rules they enforce:
+//   - BadInput (rule 8): empty, oversized, non-UTF-8 and NUL keys, zero,
+//     negative and too-short TTLs are refused with ErrInvalidKey /
+//     ErrInvalidTTL and change nothing; sent to the driver itself, a TTL
+//     of an hour and 16 KiB of metadata are granted in full (as Inspect
+//     shows) or refused with ErrInvalidTTL / ErrInvalidOption, leaving the
+//     key free.
+//   - KeyShapes (Request.Key): keys with slashes, dots, braces, unicode,
+//     case differences and MaxKeyLen bytes are distinct locks.
+//   - TryAcquireHeld (Driver.TryAcquire, rule 1): the driver's TryAcquire
+//     on a key held in any kind answers with a *HeldError at once, never
+//     waiting, naming the true holder if it names one; through the Client
+//     too, with the holder where the driver can Inspect, and from the same
+//     Client (leases are not reentrant).
+//   - Tokens (rule 2): tokens strictly increase for a key across release
+//     and re-acquire, across clients, after expiry and after a steal.
+//   - TTLInStore (Driver.TryAcquire, Claim.Extend, rule 3): watching the
+//     store, another owner's TryAcquire is refused until the TTL minus the
+//     Client's drift margin after the grant request, and after an extend
+//     request.
+//   - MutualExclusion (rule 1): many goroutines on several clients contend
+//     for one key; at most one is ever inside, and tokens increase in the
+//     order of entry.
+//   - MutualExclusionProcesses (rule 1): the same across several OS
+//     processes.
+//   - WaitWakes (rule 7): a waiting Acquire gets the key after its
+//     release.
+//   - Watch (Watcher, rule 7): for every kind, after the driver's Watch
+//     returns, a release puts a value on its channel within the slack.
 //   - WaitTimeout: WithWait ends a wait with a *HeldError, naming the
 //     holder where the driver can Inspect.
-//   - CancelledWait: a cancelled wait returns the context's error and
-//     leaves nothing behind (the next contender gets the key at once).
-//   - LocalValidity: without renewal, a lease is lost locally no earlier
-//     than its TTL minus margin after the request and no later than its TTL
-//     plus slack; for TTL stores a new holder gets the key only after the
-//     old holder's context was cancelled; for session-bound stores the key
-//     stays held until the old holder releases.
+//   - CancelledWait (BlockingAcquirer, rule 7): a cancelled wait returns
+//     the context's error and leaves nothing behind (the next contender
+//     gets the key at once); a writer that gives up lets readers in.
+//   - LocalValidity (rules 3 and 5): without renewal, a lease is lost
+//     locally no earlier than its TTL minus margin after the request and
+//     no later than its TTL plus slack; for TTL stores a new holder gets
+//     the key only after the old holder's context was cancelled; for
+//     session-bound stores the key stays held until the old holder
+//     releases; the old holder's late Release does not touch the new one.
 //   - Renewal: automatic renewal keeps a lease over several TTLs.
-//   - ForcedLoss: a lease deleted behind its holder's back (Store.Delete)
-//     is lost within a renew interval; the next holder gets a greater
-//     token; the old holder's Release does not touch the new holder.
-//   - HolderDies: a holder process killed with SIGKILL stops holding: at
-//     once for session-bound stores, after the TTL otherwise.
-//   - Release: a second Release reports ErrReleased; Release after loss
-//     reports ErrLost.
-//   - Inspect and List, where the driver implements them.
-//   - Waiters, where the driver implements fence.WaiterCounter: waiters
+//   - ForcedLoss (Claim.Extend, rules 4 and 5): a lease deleted behind its
+//     holder's back (Store.Delete) is lost within a renew interval; the
+//     next holder gets a greater token; the old holder's Release does not
+//     touch the new holder.
+//   - SessionLoss (SessionClaim, LossNotifier, rules 4 and 6), where
+//     Store.KillSession is given: the session of a lock's, a semaphore
+//     slot's and a reader's holder killed in the store ends the lease
+//     promptly with LossSession, frees the key for the waiting contender
+//     with a greater token, and the holder's client acquires again.
+//   - StateLoss (rule 9), where Store.Wipe is given: once the store has
+//     lost everything of a key, counters included, the next tokens of
+//     every kind are still greater.
+//   - HolderDies (rule 6): a holder process killed with SIGKILL stops
+//     holding: at once for session-bound stores, after the TTL otherwise.
+//   - Release (Claim.Release, rule 5): a second Release reports
+//     ErrReleased; Release after loss reports ErrLost.
+//   - Inspect (Inspector, Request.Meta) and List (Lister), where the
+//     driver implements them: the true holder, token and metadata; keys
+//     under a prefix, sorted.
+//   - Waiters (WaiterCounter), where the driver implements it: waiters
 //     are counted as they come, give up and get the key.
 //   - FIFO and SemaphoreFIFO, where Store.Queue is given: waiters get a
 //     lock, or a semaphore's slots one per slot freed, in arrival order
 //     with tokens in that order; a waiter that gives up leaves its place.
-//   - Semaphore, where the driver supports KindSemaphore: never more than
-//     the limit, ErrLimitMismatch for a disagreeing limit, waiting, expiry,
-//     tokens in real-time order.
-//   - RWMutex, where the driver supports KindRead and KindWrite: readers
-//     share, a writer excludes everyone, a writer's token is greater than
-//     the readers' before it, and a stream of readers does not starve a
-//     waiting writer.
-//   - Partitions, where the driver implements Inspector: workers sharing
-//     named partitions balance them within one of P/W as workers join and
-//     leave, and a guarded resource never sees two owners of a partition
-//     at once.
-//   - Leftovers: once every lease is released nothing is left behind, when
-//     Store.Leftovers is given.
+//   - Kinds (Request.Kind): a lock, a semaphore and a reader-writer lock
+//     of one key do not block each other, each still excludes its own,
+//     and Inspect and List name the lock only.
+//   - Semaphore (KindSemaphore, rules 1 and 2), where the driver supports
+//     it: never more than the limit, ErrLimitMismatch for a disagreeing
+//     limit, waiting, expiry, tokens in real-time order.
+//   - RWMutex (KindRead, KindWrite), where the driver supports them:
+//     readers share, a writer excludes everyone, a writer's token is
+//     greater than the readers' before it, tokens in real-time order.
+//   - RWWriterPreference (KindRead): once a writer waits, new readers are
+//     refused, and a reader that waits too gets in after the writer, so a
+//     stream of readers cannot starve a writer.
+//   - Partitions (rules 1 and 6), where the driver implements Inspector:
+//     worker processes (goroutines for a single-process store) sharing
+//     named partitions balance them within one of P/W as workers join,
+//     leave and are killed with SIGKILL; a guarded resource never sees two
+//     owners of a partition at once; nothing stays held once they are gone.
+//   - Leftovers (rules 6 and 7): once every lease is released nothing is
+//     left behind, when Store.Leftovers is given.
+//
+// The suite's own test (fencetest_test.go, mutants_test.go) shows every
+// check able to fail: it runs the suite against one broken driver per rule
+// and needs each caught by the check meant for it.
 package fencetest
 
 import (
@@ -84,6 +126,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,6 +179,25 @@ type Store struct {
 	// share one queue). Given, the suite checks that waiters are served
 	// first come, first served. Optional.
 	Queue func(ctx context.Context, key string, kind fence.Kind) (int, error)
+	// KillSession ends, in the store, the session or connection of the
+	// holder of key in kind (for a semaphore, of one of its holders), as an
+	// operator or a crash of the connection would: pg_terminate_backend,
+	// MySQL's KILL, an etcd lease revoke, a ZooKeeper session closed by the
+	// server. It returns once the store has ended it. Given, the suite
+	// checks that the holder's lease is lost promptly (well under its TTL)
+	// with LossSession, and that the key goes to the next contender with a
+	// greater token. For stores whose leases are bound to a session;
+	// optional.
+	KillSession func(ctx context.Context, key string, kind fence.Kind) error
+	// Wipe removes everything the store keeps for key, in every kind,
+	// counters included, as a lost disk, a truncated table or an empty
+	// restart would: lock and counter files deleted, rows deleted, keys and
+	// their counters DEL'ed, a bucket's entries purged. The suite calls it
+	// only while key is free, and checks that the next tokens are still
+	// greater than every earlier one (docs/design.md rule 9). Optional: leave it
+	// nil where the store keeps nothing to lose per key (say why in the
+	// wiring).
+	Wipe func(ctx context.Context, key string) error
 }
 
 const (
@@ -175,14 +237,18 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("KeyShapes", s.keyShapes)
 	t.Run("TryAcquireHeld", s.tryAcquireHeld)
 	t.Run("Tokens", s.tokens)
+	t.Run("TTLInStore", s.ttlInStore)
 	t.Run("MutualExclusion", s.mutualExclusion)
 	t.Run("MutualExclusionProcesses", s.mutualExclusionProcesses)
 	t.Run("WaitWakes", s.waitWakes)
+	t.Run("Watch", s.watch)
 	t.Run("WaitTimeout", s.waitTimeout)
 	t.Run("CancelledWait", s.cancelledWait)
 	t.Run("LocalValidity", s.localValidity)
 	t.Run("Renewal", s.renewal)
 	t.Run("ForcedLoss", s.forcedLoss)
+	t.Run("SessionLoss", s.sessionLoss)
+	t.Run("StateLoss", s.stateLoss)
 	t.Run("HolderDies", s.holderDies)
 	t.Run("Release", s.release)
 	t.Run("Inspect", s.inspect)
@@ -190,8 +256,10 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Waiters", s.waiters)
 	t.Run("FIFO", s.fifo)
 	t.Run("SemaphoreFIFO", s.semaphoreFIFO)
+	t.Run("Kinds", s.kindsSeparate)
 	t.Run("Semaphore", s.semaphore)
 	t.Run("RWMutex", s.rwmutex)
+	t.Run("RWWriterPreference", s.rwWriterPreference)
 	t.Run("Partitions", s.partitions)
 	t.Run("Leftovers", s.leftovers)
 }
@@ -315,6 +383,8 @@ func (s *suite) badInput(t *testing.T) {
 	// None of that may have touched the store.
 	l := mustAcquire(t, ctx, c, good)
 	mustRelease(t, ctx, l)
+
+	s.badInputDriver(t, ctx)
 }
 
 func (s *suite) keyShapes(t *testing.T) {
@@ -362,6 +432,7 @@ func (s *suite) keyShapes(t *testing.T) {
 
 func (s *suite) tryAcquireHeld(t *testing.T) {
 	ctx := s.ctx(t)
+	s.tryNeverWaits(t, ctx)
 	a, b := s.client(t), s.client(t)
 	key := s.key(t, "k")
 	l := mustAcquire(t, ctx, a, key)
@@ -595,6 +666,30 @@ func (s *suite) cancelledWait(t *testing.T) {
 		t.Fatalf("TryAcquire after a cancelled wait and a release: %v; the cancelled waiter left something behind", err)
 	}
 	mustRelease(t, ctx, l2)
+
+	if !slices.Contains(kinds(a.Driver()), fence.KindWrite) {
+		return
+	}
+	// A writer that gives up lets new readers in: at once where the store
+	// queues waiters, once its mark lapses (a TTL) where it keeps one.
+	rw := s.key(t, "rw")
+	r1, err := a.RWMutex(rw).TryAcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = context.WithCancel(ctx)
+	time.AfterFunc(s.cfg.TTL/4, cancel)
+	if _, err := b.RWMutex(rw).AcquireWrite(wctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled AcquireWrite: %v; want context.Canceled", err)
+	}
+	gaveUp := time.Now()
+	r2, err := c.RWMutex(rw).AcquireRead(ctx, fence.WithWait(s.cfg.TTL+s.slack()))
+	if err != nil {
+		t.Fatalf("a reader %v after a writer gave up its wait: %v; the cancelled writer left something behind", time.Since(gaveUp), err)
+	}
+	t.Logf("a reader got in %v after the writer gave up", time.Since(gaveUp).Round(time.Millisecond))
+	mustRelease(t, ctx, r2)
+	mustRelease(t, ctx, r1)
 }
 
 func (s *suite) localValidity(t *testing.T) {

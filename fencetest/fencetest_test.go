@@ -2,11 +2,11 @@ package fencetest_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,44 +19,69 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The suite must catch broken drivers. Each broken driver below runs the
-// whole suite in a child process (a failing suite fails its test), and the
-// parent checks that the child failed, in the checks that should notice.
-var broken = map[string]struct {
-	wrap      func(*fencemem.Store) fence.Driver
-	mustCatch []string // suite checks that must fail
-}{
-	"release-deletes-unconditionally": {
-		wrap:      func(s *fencemem.Store) fence.Driver { return &releaseAnyway{Store: s} },
-		mustCatch: []string{"LocalValidity"},
-	},
-	"token-resets-after-release": {
-		wrap:      func(s *fencemem.Store) fence.Driver { return &tokenReset{Store: s, next: map[string]int64{}} },
-		mustCatch: []string{"Tokens"},
-	},
-	"extend-ignores-owner": {
-		wrap:      func(s *fencemem.Store) fence.Driver { return &extendAnyone{Store: s} },
-		mustCatch: []string{"ForcedLoss"},
-	},
+// The suite must catch broken drivers. Each driver in broken (mutants.go)
+// is one of two unbroken bases with one rule of the contract broken. The
+// self-test runs, each in a child process, the whole suite against both
+// bases, which must pass, and against every broken driver the checks
+// named for it, which must all fail.
+
+// base is what a broken driver is built on.
+type base struct {
+	store *fencemem.Store
+	sess  *sessionDriver // the session base; nil for the plain one
+	// wipe is Store.Wipe: fencemem keeps its counters apart from its
+	// leases, as a store seeded from a clock would never lose them, so
+	// dropping the lease is all a wipe can do to it. Broken drivers that
+	// number tokens themselves replace it.
+	wipe func(ctx context.Context, key string) error
+}
+
+// brokenDriver is one rule broken.
+type brokenDriver struct {
+	session bool                       // built on the session base
+	build   func(b *base) fence.Driver // the broken driver
+	catch   []string                   // the suite's checks that must fail
+}
+
+// baselines are the unbroken bases: the whole suite must pass on them.
+var baselines = map[string]brokenDriver{
+	"baseline":         {build: func(b *base) fence.Driver { return b.store }},
+	"baseline-session": {session: true, build: func(b *base) fence.Driver { return b.sess }},
 }
 
 const envBroken = "FENCETEST_SELFTEST_BROKEN"
 
 func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the suite three times")
+		t.Skip("runs the suite once per broken driver")
 	}
-	for name, b := range broken {
+	names := slices.Sorted(func(yield func(string) bool) {
+		for name := range broken {
+			if !yield(name) {
+				return
+			}
+		}
+	})
+	for name := range baselines {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenDriver$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), envBroken+"="+name)
-			out, err := cmd.CombinedOutput()
+			out, err := runBroken(name, nil)
+			if err != nil {
+				t.Fatalf("the suite fails the unbroken driver %q (%v); output:\n%s", name, err, out)
+			}
+		})
+	}
+	for _, name := range names {
+		b := broken[name]
+		t.Logf("%s must be caught by %s", name, strings.Join(b.catch, ", "))
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			out, err := runBroken(name, b.catch)
 			if err == nil {
 				t.Fatalf("the suite passed the broken driver %q; output:\n%s", name, out)
 			}
-			for _, check := range b.mustCatch {
-				if !strings.Contains(string(out), "--- FAIL: TestBrokenDriver/"+check+" ") {
+			for _, check := range b.catch {
+				if !strings.Contains(out, "--- FAIL: TestBrokenDriver/"+check+" ") {
 					t.Errorf("check %s did not fail for the broken driver %q; output:\n%s", check, name, out)
 				}
 			}
@@ -64,104 +89,75 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 	}
 }
 
-// TestBrokenDriver runs the suite against the broken driver named in the
+// runBroken runs TestBrokenDriver in a child process, on the checks named
+// (all of them for none).
+func runBroken(name string, checks []string) (string, error) {
+	run := "^TestBrokenDriver$"
+	if len(checks) > 0 {
+		var top []string
+		for _, c := range checks {
+			c, _, _ = strings.Cut(c, "/")
+			if c = regexp.QuoteMeta(c); !slices.Contains(top, c) {
+				top = append(top, c)
+			}
+		}
+		run += "/^(" + strings.Join(top, "|") + ")$"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+run, "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), envBroken+"="+name)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestBrokenDriver runs the suite against the driver named in the
 // environment; it runs only as a child of TestSuiteCatchesBrokenDrivers.
 func TestBrokenDriver(t *testing.T) {
 	name := os.Getenv(envBroken)
 	if name == "" {
 		t.Skip("runs only as a child of TestSuiteCatchesBrokenDrivers")
 	}
-	store := fencemem.New()
-	drv := broken[name].wrap(store)
+	bd, ok := baselines[name]
+	if !ok {
+		bd, ok = broken[name]
+	}
+	if !ok {
+		t.Fatalf("no driver %q", name)
+	}
+	b := &base{store: fencemem.New()}
+	b.wipe = func(_ context.Context, key string) error {
+		b.store.Delete(key)
+		return nil
+	}
+	if bd.session {
+		b.sess = newSessionDriver(b.store)
+	}
+	drv := bd.build(b)
 	fencetest.Run(t, fencetest.Config{
 		SingleProcess: true,
 		TTL:           300 * time.Millisecond,
 		Setup: func(t *testing.T) fencetest.Store {
-			return fencetest.Store{Delete: func(_ context.Context, key string) error {
-				store.Delete(key)
-				return nil
-			}}
+			st := fencetest.Store{
+				Delete: func(_ context.Context, key string) error {
+					b.store.Delete(key)
+					return nil
+				},
+				Wipe: func(ctx context.Context, key string) error { return b.wipe(ctx, key) },
+				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
+					hs, err := b.store.List(ctx, prefix)
+					var left []string
+					for _, h := range hs {
+						left = append(left, h.Key)
+					}
+					return left, err
+				},
+			}
+			if b.sess != nil {
+				st.KillSession = b.sess.kill
+			}
+			return st
 		},
 		Open: func(string) (fence.Driver, func() error, error) { return drv, nil, nil },
 	})
-}
-
-// releaseAnyway deletes the key on release whoever holds it.
-type releaseAnyway struct{ *fencemem.Store }
-
-func (d *releaseAnyway) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
-	c, err := d.Store.TryAcquire(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return &releaseAnywayClaim{Claim: c, s: d.Store, key: req.Key}, nil
-}
-
-type releaseAnywayClaim struct {
-	fence.Claim
-	s   *fencemem.Store
-	key string
-}
-
-func (c *releaseAnywayClaim) Release(context.Context) error {
-	c.s.Delete(c.key)
-	return nil
-}
-
-// tokenReset numbers acquisitions from 1 again after every release.
-type tokenReset struct {
-	*fencemem.Store
-	mu   sync.Mutex
-	next map[string]int64
-}
-
-func (d *tokenReset) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
-	c, err := d.Store.TryAcquire(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.next[req.Key]++
-	return &tokenResetClaim{Claim: c, d: d, key: req.Key, token: d.next[req.Key]}, nil
-}
-
-type tokenResetClaim struct {
-	fence.Claim
-	d     *tokenReset
-	key   string
-	token int64
-}
-
-func (c *tokenResetClaim) Token() int64 { return c.token }
-
-func (c *tokenResetClaim) Release(ctx context.Context) error {
-	c.d.mu.Lock()
-	c.d.next[c.key] = 0
-	c.d.mu.Unlock()
-	return c.Claim.Release(ctx)
-}
-
-// extendAnyone extends the key's lease whoever holds it.
-type extendAnyone struct{ *fencemem.Store }
-
-func (d *extendAnyone) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
-	c, err := d.Store.TryAcquire(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return &extendAnyoneClaim{Claim: c, s: d.Store, key: req.Key}, nil
-}
-
-type extendAnyoneClaim struct {
-	fence.Claim
-	s   *fencemem.Store
-	key string
-}
-
-func (c *extendAnyoneClaim) Extend(ctx context.Context, ttl time.Duration) error {
-	if _, err := c.s.Inspect(ctx, c.key); err != nil {
-		return fmt.Errorf("%w: free", fence.ErrNotHeld)
-	}
-	return nil
 }

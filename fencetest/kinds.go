@@ -222,54 +222,6 @@ func (s *suite) rwmutex(t *testing.T) {
 	}
 	mustRelease(t, ctx, w)
 
-	// A stream of overlapping readers does not starve a waiting writer:
-	// each reader takes its next read lease before it lets go of the
-	// current one, so without writer preference a reader would always be
-	// in.
-	stop := make(chan struct{})
-	var readers, readersStarted sync.WaitGroup
-	for _, rc := range []*fence.Client{a, b} {
-		readersStarted.Add(1)
-		readers.Go(func() {
-			rw := rc.RWMutex(key)
-			cur, err := rw.AcquireRead(ctx, fence.WithWait(10*s.slack()))
-			readersStarted.Done()
-			if err != nil {
-				t.Errorf("reader: %v", err)
-				return
-			}
-			for {
-				select {
-				case <-stop:
-					mustRelease(t, ctx, cur)
-					return
-				case <-time.After(s.cfg.TTL / 10):
-				}
-				next, err := rw.TryAcquireRead(ctx)
-				mustRelease(t, ctx, cur)
-				if errors.Is(err, fence.ErrHeld) { // a writer waits: let it in
-					next, err = rw.AcquireRead(ctx, fence.WithWait(10*s.slack()))
-				}
-				if err != nil {
-					t.Errorf("reader: %v", err)
-					return
-				}
-				cur = next
-			}
-		})
-	}
-	readersStarted.Wait()
-	start := time.Now()
-	w, err = c.RWMutex(key).AcquireWrite(ctx, fence.WithWait(4*s.slack()))
-	if err != nil {
-		t.Errorf("writer starved by a stream of readers: %v after %v", err, time.Since(start))
-	} else {
-		t.Logf("writer waited %v behind a stream of readers", time.Since(start))
-		mustRelease(t, ctx, w)
-	}
-	close(stop)
-	readers.Wait()
-
 	// Never a writer beside anyone; tokens in real-time order.
 	var (
 		readersIn, writersIn atomic.Int32
@@ -320,4 +272,154 @@ func (s *suite) rwmutex(t *testing.T) {
 		t.Errorf("a writer held beside another holder %d times", v)
 	}
 	g.checkOrder(t)
+}
+
+// rwWriterPreference checks that a waiting writer keeps new readers out,
+// so that a stream of readers cannot starve it: once a writer waits
+// behind a reader, a new reader's try is refused, and a reader that then
+// waits gets in only after the writer.
+func (s *suite) rwWriterPreference(t *testing.T) {
+	if !s.supports(t, fence.KindRead, fence.KindWrite) {
+		t.Skip("driver does not support reader-writer locks")
+	}
+	ctx := s.ctx(t)
+	key := s.key(t, "k")
+	a, b, c := s.client(t), s.client(t), s.client(t)
+	r1, err := a.RWMutex(key).TryAcquireRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *fence.Lease
+		err error
+		at  time.Time
+	}
+	writer := make(chan result, 1)
+	go func() {
+		l, err := c.RWMutex(key).AcquireWrite(ctx, fence.WithWait(10*s.slack()))
+		writer <- result{l, err, time.Now()}
+	}()
+	// Readers that come while the writer waits are kept out, once the
+	// writer's wait has reached the store. Two refusals a little apart
+	// show it there for good: a writer's first try, before it queues in a
+	// blocking store, keeps readers out only for that instant.
+	start := time.Now()
+	var refused time.Time
+	for {
+		l, err := b.RWMutex(key).TryAcquireRead(ctx)
+		if errors.Is(err, fence.ErrHeld) {
+			if refused.IsZero() {
+				refused = time.Now()
+			} else if time.Since(refused) >= s.cfg.TTL/10 {
+				break
+			}
+		} else if err != nil {
+			t.Fatalf("TryAcquireRead: %v", err)
+		} else {
+			refused = time.Time{}
+			mustRelease(t, ctx, l)
+		}
+		if time.Since(start) > s.slack() {
+			mustRelease(t, ctx, r1)
+			t.Fatalf("new readers still get in %v after a writer began to wait: a waiting writer must keep them out, or a stream of readers starves it",
+				time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("new readers kept out %v after the writer began to wait", time.Since(start).Round(time.Millisecond))
+	reader := make(chan result, 1)
+	go func() {
+		l, err := b.RWMutex(key).AcquireRead(ctx, fence.WithWait(10*s.slack()))
+		reader <- result{l, err, time.Now()}
+	}()
+	time.Sleep(s.cfg.TTL / 10) // the reader waits too
+	mustRelease(t, ctx, r1)
+	var w result
+	select {
+	case w = <-writer:
+		if w.err != nil {
+			t.Fatalf("waiting writer: %v", w.err)
+		}
+	case r := <-reader:
+		if r.l != nil {
+			mustRelease(t, ctx, r.l)
+		}
+		t.Fatalf("a reader that came after the waiting writer got in first (%v)", r.err)
+	case <-time.After(s.slack()):
+		t.Fatalf("the waiting writer did not get the key within %v of the last reader's release", s.slack())
+	}
+	if w.l.Token() <= r1.Token() {
+		t.Errorf("writer's token %d is not greater than the earlier reader's %d", w.l.Token(), r1.Token())
+	}
+	select {
+	case r := <-reader:
+		t.Errorf("a reader got in beside the writer (%v)", r.err)
+		if r.l != nil {
+			mustRelease(t, ctx, r.l)
+		}
+	case <-time.After(s.cfg.TTL / 4):
+	}
+	mustRelease(t, ctx, w.l)
+	select {
+	case r := <-reader:
+		if r.err != nil {
+			t.Fatalf("reader behind the writer: %v", r.err)
+		}
+		if r.l.Token() <= w.l.Token() {
+			t.Errorf("reader's token %d is not greater than the writer's %d before it", r.l.Token(), w.l.Token())
+		}
+		mustRelease(t, ctx, r.l)
+	case <-time.After(s.slack()):
+		t.Fatalf("the reader behind the writer did not get in within %v of the writer's release", s.slack())
+	}
+}
+
+// kindsSeparate checks that a lock, a semaphore and a reader-writer lock
+// of one key are separate namespaces: none blocks another, each still
+// excludes its own, and Inspect and List name the lock only.
+func (s *suite) kindsSeparate(t *testing.T) {
+	ctx := s.ctx(t)
+	a, b := s.client(t), s.client(t)
+	ks := kinds(a.Driver())
+	if len(ks) == 1 {
+		t.Skip("driver supports locks only")
+	}
+	key := s.key(t, "k")
+	var held []*fence.Lease
+	var lock *fence.Lease
+	for _, k := range ks {
+		if k == fence.KindRead {
+			continue // the writer stands for the reader-writer lock
+		}
+		l, err := acquireKind(ctx, a, key, k, false)
+		if err != nil {
+			t.Errorf("%s of a key held in other kinds: %v; each kind is a namespace of its own", k, err)
+			continue
+		}
+		if k == fence.KindLock {
+			lock = l
+		}
+		held = append(held, l)
+	}
+	for _, k := range ks {
+		if _, err := acquireKind(ctx, b, key, k, false); !errors.Is(err, fence.ErrHeld) {
+			t.Errorf("%s of a key held in every kind: %v; want ErrHeld", k, err)
+		}
+	}
+	if lock != nil {
+		if _, ok := a.Driver().(fence.Inspector); ok {
+			if h, err := a.Inspect(ctx, key); err != nil || h.Token != lock.Token() {
+				t.Errorf("Inspect of a key held in every kind = token %d, %v; want the lock's token %d", h.Token, err, lock.Token())
+			}
+		}
+		if _, ok := a.Driver().(fence.Lister); ok {
+			hs, err := a.List(ctx, key)
+			if err != nil || len(hs) != 1 || hs[0].Token != lock.Token() {
+				t.Errorf("List of a key held in every kind = %+v, %v; want the lock only", hs, err)
+			}
+		}
+	}
+	for _, l := range held {
+		mustRelease(t, ctx, l)
+	}
 }

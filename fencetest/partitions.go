@@ -11,9 +11,9 @@ import (
 	"github.com/fencing/fence"
 )
 
-// partitionWorker is one worker of the Partitions check, running in this
-// process on its own client.
-type partitionWorker struct {
+// memberWorker is one worker of the in-process Partitions check, on a
+// client of its own.
+type memberWorker struct {
 	name   string
 	p      *fence.Partitions
 	cancel context.CancelFunc
@@ -59,10 +59,17 @@ func (pl *partitionLog) work(worker string) func(ctx context.Context, partition 
 	}
 }
 
+// partitions checks fence.Partitions on the store: in worker processes,
+// one of them killed, where the store reaches across processes; in
+// goroutines otherwise.
 func (s *suite) partitions(t *testing.T) {
 	c := s.client(t)
 	if _, ok := c.Driver().(fence.Inspector); !ok {
 		t.Skip("driver does not implement fence.Inspector")
+	}
+	if !s.cfg.SingleProcess {
+		s.partitionProcesses(t)
+		return
 	}
 	group := s.key(t, "g")
 	names := make([]string, 8)
@@ -70,16 +77,16 @@ func (s *suite) partitions(t *testing.T) {
 		names[i] = fmt.Sprintf("p%d", i)
 	}
 	pl := &partitionLog{intervals: map[string][]interval{}}
-	var workers []*partitionWorker
-	startWorker := func(name string) *partitionWorker {
+	var workers []*memberWorker
+	startWorker := func(name string) *memberWorker {
 		ctx, cancel := context.WithCancel(context.Background())
-		w := &partitionWorker{name: name, cancel: cancel, done: make(chan error, 1)}
+		w := &memberWorker{name: name, cancel: cancel, done: make(chan error, 1)}
 		w.p = s.client(t).Partitions(group, names, fence.WithOwner(name))
 		go func() { w.done <- w.p.Run(ctx, pl.work(name)) }()
 		workers = append(workers, w)
 		return w
 	}
-	stopWorker := func(w *partitionWorker) {
+	stopWorker := func(w *memberWorker) {
 		w.cancel()
 		if err := <-w.done; err != nil {
 			t.Errorf("worker %s: Run: %v", w.name, err)
@@ -93,30 +100,19 @@ func (s *suite) partitions(t *testing.T) {
 			w.cancel()
 		}
 	}()
-	balanced := func(live []*partitionWorker, when string) {
+	balanced := func(live []*memberWorker, when string) {
 		t.Helper()
 		deadline := time.Now().Add(30*s.cfg.TTL + s.slack())
 		for {
-			total, lo, hi := 0, len(names), 0
-			counts := map[string]int{}
-			owner := map[string]string{}
-			clash := ""
+			owned := map[string][]string{}
 			for _, w := range live {
-				owned := w.p.Owned()
-				counts[w.name] = len(owned)
-				total += len(owned)
-				lo, hi = min(lo, len(owned)), max(hi, len(owned))
-				for _, p := range owned {
-					if o, ok := owner[p]; ok {
-						clash = fmt.Sprintf("%s owned by %s and %s", p, o, w.name)
-					}
-					owner[p] = w.name
-				}
+				owned[w.name] = w.p.Owned()
 			}
+			counts, total, spread, clash := tally(owned)
 			if clash != "" {
 				t.Errorf("%s: partition %s at once", when, clash)
 			}
-			if total == len(names) && hi-lo <= 1 {
+			if total == len(names) && spread <= 1 {
 				t.Logf("%s: balanced %v", when, counts)
 				return
 			}
@@ -129,11 +125,11 @@ func (s *suite) partitions(t *testing.T) {
 	}
 
 	a, b := startWorker("a"), startWorker("b")
-	balanced([]*partitionWorker{a, b}, "two workers")
+	balanced([]*memberWorker{a, b}, "two workers")
 	cw := startWorker("c")
-	balanced([]*partitionWorker{a, b, cw}, "after a third joined")
+	balanced([]*memberWorker{a, b, cw}, "after a third joined")
 	stopWorker(a)
-	balanced([]*partitionWorker{b, cw}, "after the first left")
+	balanced([]*memberWorker{b, cw}, "after the first left")
 	stopWorker(b)
 	stopWorker(cw)
 
@@ -154,4 +150,28 @@ func (s *suite) partitions(t *testing.T) {
 	if len(pl.intervals) != len(names) {
 		t.Errorf("%d of %d partitions were ever worked", len(pl.intervals), len(names))
 	}
+}
+
+// tally sums up who owns which partitions, by worker: how many each, how
+// many in all, the most minus the fewest, and a partition owned by two
+// ("" if none).
+func tally(owned map[string][]string) (counts map[string]int, total, spread int, clash string) {
+	counts = map[string]int{}
+	owner := map[string]string{}
+	lo, hi := -1, 0
+	for name, ps := range owned {
+		counts[name] = len(ps)
+		total += len(ps)
+		if lo < 0 || len(ps) < lo {
+			lo = len(ps)
+		}
+		hi = max(hi, len(ps))
+		for _, p := range ps {
+			if o, ok := owner[p]; ok {
+				clash = fmt.Sprintf("%s owned by %s and %s", p, o, name)
+			}
+			owner[p] = name
+		}
+	}
+	return counts, total, hi - max(lo, 0), clash
 }

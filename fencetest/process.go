@@ -22,12 +22,22 @@ import (
 // its parent process is gone, so it never outlives the test.
 
 const (
-	roleContend = "contend"
-	roleHold    = "hold"
+	roleContend   = "contend"
+	roleHold      = "hold"
+	rolePartition = "partition"
 )
 
-// startWorker starts a contender process in role on key, sharing dir.
-func (s *suite) startWorker(t *testing.T, role, key, dir string, count int) (*exec.Cmd, *strings.Builder) {
+// process is a contender process.
+type process struct {
+	cmd  *exec.Cmd
+	out  *lockedBuffer // its output
+	done chan struct{} // closed once it has exited, with err
+	err  error
+}
+
+// startWorker starts a contender process in role on key, sharing dir,
+// with env added to its environment. It is killed when the test ends.
+func (s *suite) startWorker(t *testing.T, role, key, dir string, count int, env ...string) *process {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run="+runPattern(s.name), "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(),
@@ -39,16 +49,42 @@ func (s *suite) startWorker(t *testing.T, role, key, dir string, count int) (*ex
 		envCount+"="+strconv.Itoa(count),
 		envTTL+"="+s.cfg.TTL.String(),
 	)
-	out := &strings.Builder{}
-	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(cmd.Env, env...)
+	p := &process{cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting contender process: %v", err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	return cmd, out
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(p.kill)
+	return p
+}
+
+// kill ends the process with SIGKILL and waits until it has exited.
+func (p *process) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// lockedBuffer collects a process's output, written and read at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 func (s *suite) mutualExclusionProcesses(t *testing.T) {
@@ -58,30 +94,24 @@ func (s *suite) mutualExclusionProcesses(t *testing.T) {
 	key := s.key(t, "k")
 	dir := t.TempDir()
 	const procs, rounds = 3, 8
-	var cmds []*exec.Cmd
-	var outs []*strings.Builder
+	var ps []*process
 	for range procs {
-		cmd, out := s.startWorker(t, roleContend, key, dir, rounds)
-		cmds, outs = append(cmds, cmd), append(outs, out)
-	}
-	done := make(chan error, procs)
-	for _, cmd := range cmds {
-		go func() { done <- cmd.Wait() }()
+		ps = append(ps, s.startWorker(t, roleContend, key, dir, rounds))
 	}
 	timeout := time.After(10 * s.slack())
-	for i := range procs {
+	for i, p := range ps {
 		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("contender process failed: %v", err)
+		case <-p.done:
+			if p.err != nil {
+				t.Errorf("contender process failed: %v", p.err)
 			}
 		case <-timeout:
 			t.Fatalf("contender processes did not finish within %v (%d of %d done)", 10*s.slack(), i, procs)
 		}
 	}
 	if t.Failed() {
-		for i, out := range outs {
-			t.Logf("contender %d output:\n%s", i, out)
+		for i, p := range ps {
+			t.Logf("contender %d output:\n%s", i, p.out)
 		}
 	}
 	if v := readLines(t, filepath.Join(dir, "violations")); len(v) > 0 {
@@ -109,7 +139,7 @@ func (s *suite) holderDies(t *testing.T) {
 	b := s.client(t)
 	key := s.key(t, "k")
 	dir := t.TempDir()
-	cmd, out := s.startWorker(t, roleHold, key, dir, 1)
+	p := s.startWorker(t, roleHold, key, dir, 1)
 	heldFile := filepath.Join(dir, "held")
 	var token int64
 	deadline := time.Now().Add(5 * s.slack())
@@ -119,16 +149,13 @@ func (s *suite) holderDies(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("holder process did not acquire within %v; output:\n%s", 5*s.slack(), out)
+			t.Fatalf("holder process did not acquire within %v; output:\n%s", 5*s.slack(), p.out)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	expectHeld(t, ctx, b, key, "key held by another process")
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	p.kill()
 	killed := time.Now()
-	_ = cmd.Wait()
 
 	limit := s.cfg.TTL + s.slack()
 	l, err := b.Acquire(ctx, key, fence.WithWait(limit))
@@ -222,6 +249,8 @@ func runWorker(t *testing.T, cfg Config) {
 				report("errors", "pid %d: Release: %v", os.Getpid(), err)
 			}
 		}
+	case rolePartition:
+		partitionWorker(t, c, key, count)
 	case roleHold:
 		l, err := c.Acquire(ctx, key)
 		if err != nil {

@@ -62,7 +62,7 @@ func TestAnalyzeClean(t *testing.T) {
 	}
 }
 
-// pause is DESIGN.md's scenario: A holds 33, pauses, B takes 34 and writes,
+// pause is docs/design.md's scenario: A holds 33, pauses, B takes 34 and writes,
 // A wakes and writes with 33.
 func pause(res string) *history {
 	var h history

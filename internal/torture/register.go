@@ -18,7 +18,7 @@ import (
 
 // The fenced register is the resource the workers protect: one value per
 // key, written with the writer's fencing token. Guarded, it keeps the
-// rule of DESIGN.md section 1: a write is accepted iff its token is not
+// rule of docs/design.md section 1: a write is accepted iff its token is not
 // lower than the highest accepted before. Unguarded (--no-guard), every
 // write is accepted, which is what a resource without fencing does.
 //

@@ -28,7 +28,7 @@ const (
 	// FaultNone injects nothing: the baseline.
 	FaultNone Fault = "none"
 	// FaultPause stops a worker that has just acquired with SIGSTOP for
-	// twice the TTL, then resumes it with SIGCONT: DESIGN.md section 1.
+	// twice the TTL, then resumes it with SIGCONT: docs/design.md section 1.
 	FaultPause Fault = "pause"
 	// FaultBlackhole cuts a worker that has just acquired from the store
 	// and the register (its proxies hold every byte, both ways) for twice

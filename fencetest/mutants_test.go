@@ -1,0 +1,519 @@
+package fencetest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencemem"
+)
+
+// broken lists one broken driver per rule of the contract (driver.go's
+// doc comments and docs/design.md section 3), each with the suite's
+// checks that must catch it.
+var broken = map[string]brokenDriver{
+	// Driver.TryAcquire: one attempt, never a wait.
+	"try-acquire-waits": {build: tryAcquireWaits, catch: []string{"TryAcquireHeld"}},
+	// Driver.TryAcquire: a held key is refused (rule 1, mutual exclusion).
+	"grants-held-key": {build: grantsHeldKey, catch: []string{"TryAcquireHeld", "MutualExclusion"}},
+	// Driver.TryAcquire: the refusal names the holder where the store can.
+	"held-error-names-nobody": {build: heldNamesNobody, catch: []string{"TryAcquireHeld"}},
+	// Driver.TryAcquire: grant at least the TTL asked (rule 3).
+	"short-grant": {build: shortGrant, catch: []string{"TTLInStore/Grant"}},
+	// Claim.Extend: at least the TTL asked from now (rule 3).
+	"short-extend": {build: shortExtend, catch: []string{"TTLInStore/Extend"}},
+	// Claim.Extend: compare-and-extend by owner (rule 4).
+	"extend-ignores-owner": {build: extendAnyone, catch: []string{"ForcedLoss"}},
+	// Claim.Release: compare-and-delete by owner (rule 5).
+	"release-deletes-unconditionally": {build: releaseAnyway, catch: []string{"LocalValidity"}},
+	// Tokens strictly increase (rule 2): after a release...
+	"token-resets-after-release": {build: tokenResets, catch: []string{"Tokens"}},
+	// ...and after an expiry.
+	"tokens-repeat-after-expiry": {build: tokensRepeatAfterExpiry, catch: []string{"Tokens"}},
+	// State loss never sends tokens back (rule 9).
+	"state-loss-resets-tokens": {build: stateLossResets, catch: []string{"StateLoss"}},
+	// Bad input gets a clear error and changes nothing (rule 8)...
+	"refusal-leaves-lease": {build: refusalLeavesLease, catch: []string{"BadInput"}},
+	// ...and is never granted in part.
+	"ttl-capped-silently": {build: ttlCapped, catch: []string{"BadInput"}},
+	// Request.Kind: each kind is a namespace of its own.
+	"kinds-share-namespace": {build: kindsShare, catch: []string{"Kinds"}},
+	// KindSemaphore: never more than the limit.
+	"semaphore-admits-one-more": {build: semaphoreOneMore, catch: []string{"Semaphore"}},
+	// KindRead: a waiting writer keeps new readers out.
+	"rw-writer-not-preferred": {build: writerNotPreferred, catch: []string{"RWWriterPreference"}},
+	// KindWrite: a writer's token is above the readers' before it.
+	"rw-writer-token-below-readers": {build: writerTokensApart, catch: []string{"RWMutex"}},
+	// Watcher: a release puts a value on the channel (rule 7).
+	"deaf-watch": {build: deafWatch, catch: []string{"Watch"}},
+	// Inspector: the true holder and token.
+	"inspect-wrong-holder": {build: inspectWrongHolder, catch: []string{"Inspect"}},
+	// Request.Meta: stored and returned by Inspect.
+	"inspect-loses-metadata": {build: inspectLosesMeta, catch: []string{"Inspect"}},
+	// Lister: sorted by key.
+	"list-unsorted": {build: listUnsorted, catch: []string{"List"}},
+	// WaiterCounter: the contenders waiting now.
+	"waiters-miscounted": {build: waitersMiscounted, catch: []string{"Waiters"}},
+	// LossNotifier: f is called when the session is gone (rule 4).
+	"loss-notifier-never-fires": {session: true, build: notifierNeverFires, catch: []string{"SessionLoss/lock"}},
+	// SessionClaim: Lost receives the cause when the session is gone.
+	"killed-session-not-reported": {session: true, build: lostNeverSent, catch: []string{"SessionLoss/lock"}},
+	// A semaphore holder whose session is revoked is lost, its slot freed.
+	"revoked-semaphore-holder-not-lost": {session: true, build: semaphoreLossUnreported, catch: []string{"SessionLoss/semaphore"}},
+	"revoked-semaphore-slot-kept":       {session: true, build: semaphoreSlotKept, catch: []string{"SessionLoss/semaphore"}},
+	// BlockingAcquirer: a cancelled wait leaves nothing behind (rule 7).
+	"cancelled-wait-leaves-request": {session: true, build: cancelLeavesRequest, catch: []string{"CancelledWait"}},
+}
+
+// mutant is fencemem with some of its methods replaced.
+type mutant struct {
+	*fencemem.Store
+	tryAcquire func(ctx context.Context, req fence.Request) (fence.Claim, error)
+	watch      func(ctx context.Context, key string) (<-chan struct{}, error)
+	inspect    func(ctx context.Context, key string) (fence.Holder, error)
+	list       func(ctx context.Context, prefix string) ([]fence.Holder, error)
+	waiters    func(ctx context.Context, key string) (int, error)
+}
+
+func (m *mutant) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if m.tryAcquire != nil {
+		return m.tryAcquire(ctx, req)
+	}
+	return m.Store.TryAcquire(ctx, req)
+}
+
+func (m *mutant) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if m.watch != nil {
+		return m.watch(ctx, key)
+	}
+	return m.Store.Watch(ctx, key)
+}
+
+func (m *mutant) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+	if m.inspect != nil {
+		return m.inspect(ctx, key)
+	}
+	return m.Store.Inspect(ctx, key)
+}
+
+func (m *mutant) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+	if m.list != nil {
+		return m.list(ctx, prefix)
+	}
+	return m.Store.List(ctx, prefix)
+}
+
+func (m *mutant) Waiters(ctx context.Context, key string) (int, error) {
+	if m.waiters != nil {
+		return m.waiters(ctx, key)
+	}
+	return m.Store.Waiters(ctx, key)
+}
+
+// mutantClaim is a claim with some of its methods replaced.
+type mutantClaim struct {
+	fence.Claim
+	token   int64 // 0: the claim's own
+	extend  func(ctx context.Context, ttl time.Duration) error
+	release func(ctx context.Context) error
+}
+
+func (c *mutantClaim) Token() int64 {
+	if c.token != 0 {
+		return c.token
+	}
+	return c.Claim.Token()
+}
+
+func (c *mutantClaim) Extend(ctx context.Context, ttl time.Duration) error {
+	if c.extend != nil {
+		return c.extend(ctx, ttl)
+	}
+	return c.Claim.Extend(ctx, ttl)
+}
+
+func (c *mutantClaim) Release(ctx context.Context) error {
+	if c.release != nil {
+		return c.release(ctx)
+	}
+	return c.Claim.Release(ctx)
+}
+
+// claims returns a TryAcquire that wraps each claim of s by wrap.
+func claims(s *fencemem.Store, wrap func(fence.Request, fence.Claim) fence.Claim) func(context.Context, fence.Request) (fence.Claim, error) {
+	return func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		c, err := s.TryAcquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(req, c), nil
+	}
+}
+
+// tryAcquireWaits waits in TryAcquire until the key is free.
+func tryAcquireWaits(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		for {
+			c, err := b.store.TryAcquire(ctx, req)
+			if !errors.Is(err, fence.ErrHeld) {
+				return c, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}}
+}
+
+// grantsHeldKey grants a held lock to a second owner, with a token of its
+// own.
+func grantsHeldKey(b *base) fence.Driver {
+	var mu sync.Mutex
+	var extra int64 = 1 << 40
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		c, err := b.store.TryAcquire(ctx, req)
+		if !errors.Is(err, fence.ErrHeld) || req.Kind != fence.KindLock {
+			return c, err
+		}
+		mu.Lock()
+		extra++
+		tok := extra
+		mu.Unlock()
+		nop := func(context.Context) error { return nil }
+		return &mutantClaim{Claim: nil, token: tok, release: nop,
+			extend: func(context.Context, time.Duration) error { return nil }}, nil
+	}}
+}
+
+// heldNamesNobody refuses a held key without naming its holder.
+func heldNamesNobody(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		c, err := b.store.TryAcquire(ctx, req)
+		if errors.Is(err, fence.ErrHeld) {
+			return nil, &fence.HeldError{Key: req.Key}
+		}
+		return c, err
+	}}
+}
+
+// shortGrant grants half the TTL asked.
+func shortGrant(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		req.TTL /= 2
+		return b.store.TryAcquire(ctx, req)
+	}}
+}
+
+// shortExtend extends by half the TTL asked.
+func shortExtend(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(_ fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, extend: func(ctx context.Context, ttl time.Duration) error {
+			return c.Extend(ctx, ttl/2)
+		}}
+	})}
+}
+
+// extendAnyone extends the key's lease whoever holds it.
+func extendAnyone(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(req fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, extend: func(ctx context.Context, ttl time.Duration) error {
+			if _, err := b.store.Inspect(ctx, req.Key); err != nil {
+				return fmt.Errorf("%w: free", fence.ErrNotHeld)
+			}
+			return nil
+		}}
+	})}
+}
+
+// releaseAnyway deletes the key on release whoever holds it.
+func releaseAnyway(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(req fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, release: func(context.Context) error {
+			b.store.Delete(req.Key)
+			return nil
+		}}
+	})}
+}
+
+// tokens numbers a driver's grants itself, per key and kind (readers and
+// writers share one sequence unless apart).
+type tokens struct {
+	mu    sync.Mutex
+	next  map[string]int64
+	apart bool // readers and writers count apart
+}
+
+func (tk *tokens) space(req fence.Request) string {
+	k := req.Kind
+	if k == fence.KindRead && !tk.apart {
+		k = fence.KindWrite
+	}
+	return fmt.Sprint(k, "/", req.Key)
+}
+
+func (tk *tokens) issue(req fence.Request) int64 {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	tk.next[tk.space(req)]++
+	return tk.next[tk.space(req)]
+}
+
+// tokenResets numbers acquisitions from 1 again after every release.
+func tokenResets(b *base) fence.Driver {
+	tk := &tokens{next: map[string]int64{}}
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(req fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, token: tk.issue(req), release: func(ctx context.Context) error {
+			tk.mu.Lock()
+			delete(tk.next, tk.space(req))
+			tk.mu.Unlock()
+			return c.Release(ctx)
+		}}
+	})}
+}
+
+// tokensRepeatAfterExpiry gives the next holder of a key whose holder did
+// not release it (it expired, or was taken away) the same token again.
+func tokensRepeatAfterExpiry(b *base) fence.Driver {
+	tk := &tokens{next: map[string]int64{}}
+	released := map[string]bool{}
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(req fence.Request, c fence.Claim) fence.Claim {
+		sp := tk.space(req)
+		tk.mu.Lock()
+		if n, ok := tk.next[sp]; ok && !released[sp] && req.Kind == fence.KindLock {
+			tk.next[sp] = n - 1
+		}
+		released[sp] = false
+		tk.mu.Unlock()
+		tok := tk.issue(req)
+		return &mutantClaim{Claim: c, token: tok, release: func(ctx context.Context) error {
+			tk.mu.Lock()
+			released[sp] = true
+			tk.mu.Unlock()
+			return c.Release(ctx)
+		}}
+	})}
+}
+
+// stateLossResets numbers grants from 1 again once the store lost the key.
+func stateLossResets(b *base) fence.Driver {
+	tk := &tokens{next: map[string]int64{}}
+	b.wipe = func(_ context.Context, key string) error {
+		b.store.Delete(key)
+		tk.mu.Lock()
+		defer tk.mu.Unlock()
+		for _, k := range []fence.Kind{fence.KindLock, fence.KindSemaphore, fence.KindRead, fence.KindWrite} {
+			delete(tk.next, tk.space(fence.Request{Key: key, Kind: k}))
+		}
+		return nil
+	}
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(req fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, token: tk.issue(req)}
+	})}
+}
+
+// refusalLeavesLease refuses large metadata, after taking the key.
+func refusalLeavesLease(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		c, err := b.store.TryAcquire(ctx, req)
+		if err == nil && len(req.Meta["big"]) > 0 {
+			return nil, fmt.Errorf("%w: metadata too large", fence.ErrInvalidOption)
+		}
+		return c, err
+	}}
+}
+
+// ttlCapped grants at most a minute, whatever the TTL asked.
+func ttlCapped(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		req.TTL = min(req.TTL, time.Minute)
+		return b.store.TryAcquire(ctx, req)
+	}}
+}
+
+// kindsShare takes every kind as the key's lock.
+func kindsShare(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		req.Kind, req.Limit = fence.KindLock, 0
+		return b.store.TryAcquire(ctx, req)
+	}}
+}
+
+// semaphoreOneMore admits one holder more than the limit.
+func semaphoreOneMore(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		if req.Kind == fence.KindSemaphore {
+			req.Limit++
+		}
+		return b.store.TryAcquire(ctx, req)
+	}}
+}
+
+// writerNotPreferred refuses a writer while readers hold without leaving
+// the mark that keeps new readers out.
+func writerNotPreferred(b *base) fence.Driver {
+	var mu sync.Mutex
+	readers := map[string]int{}
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		switch req.Kind {
+		case fence.KindWrite:
+			mu.Lock()
+			n := readers[req.Key]
+			mu.Unlock()
+			if n > 0 {
+				return nil, &fence.HeldError{Key: req.Key}
+			}
+		case fence.KindRead:
+			c, err := b.store.TryAcquire(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			readers[req.Key]++
+			mu.Unlock()
+			var once sync.Once
+			return &mutantClaim{Claim: c, release: func(ctx context.Context) error {
+				once.Do(func() {
+					mu.Lock()
+					readers[req.Key]--
+					mu.Unlock()
+				})
+				return c.Release(ctx)
+			}}, nil
+		}
+		return b.store.TryAcquire(ctx, req)
+	}}
+}
+
+// writerTokensApart numbers writers and readers apart, so that a writer's
+// token can be below the readers' before it.
+func writerTokensApart(b *base) fence.Driver {
+	tk := &tokens{next: map[string]int64{}, apart: true}
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(req fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, token: tk.issue(req)}
+	})}
+}
+
+// deafWatch never reports a release.
+func deafWatch(b *base) fence.Driver {
+	return &mutant{Store: b.store, watch: func(ctx context.Context, key string) (<-chan struct{}, error) {
+		return make(chan struct{}), nil
+	}}
+}
+
+// inspectWrongHolder names an earlier token and another owner.
+func inspectWrongHolder(b *base) fence.Driver {
+	return &mutant{Store: b.store, inspect: func(ctx context.Context, key string) (fence.Holder, error) {
+		h, err := b.store.Inspect(ctx, key)
+		h.Owner, h.Token = "someone-else", h.Token-1
+		return h, err
+	}}
+}
+
+// inspectLosesMeta returns the metadata without the caller's fields.
+func inspectLosesMeta(b *base) fence.Driver {
+	return &mutant{Store: b.store, inspect: func(ctx context.Context, key string) (fence.Holder, error) {
+		h, err := b.store.Inspect(ctx, key)
+		if h.Meta != nil {
+			h.Meta = map[string]string{"host": h.Meta["host"]}
+		}
+		return h, err
+	}}
+}
+
+// listUnsorted lists in reverse key order.
+func listUnsorted(b *base) fence.Driver {
+	return &mutant{Store: b.store, list: func(ctx context.Context, prefix string) ([]fence.Holder, error) {
+		hs, err := b.store.List(ctx, prefix)
+		slices.Reverse(hs)
+		return hs, err
+	}}
+}
+
+// waitersMiscounted counts one waiter too few.
+func waitersMiscounted(b *base) fence.Driver {
+	return &mutant{Store: b.store, waiters: func(ctx context.Context, key string) (int, error) {
+		n, err := b.store.Waiters(ctx, key)
+		return max(n-1, 0), err
+	}}
+}
+
+// notifierNeverFires registers the loss function and never calls it.
+func notifierNeverFires(b *base) fence.Driver {
+	b.sess.wrap = func(s *session) fence.Claim { return deafNotifier{s} }
+	return b.sess
+}
+
+type deafNotifier struct{ *session }
+
+func (deafNotifier) NotifyLost(func(error)) {}
+
+// lostNeverSent is a SessionClaim whose Lost channel never receives.
+func lostNeverSent(b *base) fence.Driver {
+	b.sess.wrap = func(s *session) fence.Claim { return silentSession{s.Claim, s} }
+	return b.sess
+}
+
+type silentSession struct {
+	fence.Claim
+	s *session
+}
+
+func (silentSession) Lost() <-chan error { return make(chan error) }
+func (c silentSession) Extend(ctx context.Context, ttl time.Duration) error {
+	return c.s.Extend(ctx, ttl)
+}
+func (c silentSession) Release(ctx context.Context) error { return c.s.Release(ctx) }
+
+// semaphoreLossUnreported hands out semaphore claims that report no loss.
+func semaphoreLossUnreported(b *base) fence.Driver {
+	b.sess.wrap = func(s *session) fence.Claim {
+		if s.kind == fence.KindSemaphore {
+			return plainClaim{s}
+		}
+		return s
+	}
+	return b.sess
+}
+
+// plainClaim hides a session's loss report.
+type plainClaim struct{ s *session }
+
+func (c plainClaim) Token() int64                                        { return c.s.Token() }
+func (c plainClaim) Extend(ctx context.Context, ttl time.Duration) error { return c.s.Extend(ctx, ttl) }
+func (c plainClaim) Release(ctx context.Context) error                   { return c.s.Release(ctx) }
+
+// semaphoreSlotKept reports a semaphore holder's killed session but keeps
+// its slot taken until its TTL runs out.
+func semaphoreSlotKept(b *base) fence.Driver {
+	b.sess.killKeeps = func(k fence.Kind) bool { return k == fence.KindSemaphore }
+	return b.sess
+}
+
+// cancelLeavesRequest leaves a cancelled wait's request in the "store",
+// which grants it at the next release, as a lock call left queued in a
+// server would.
+func cancelLeavesRequest(b *base) fence.Driver {
+	var mu sync.Mutex
+	pending := map[string]fence.Request{}
+	b.sess.onCancel = func(req fence.Request) {
+		mu.Lock()
+		pending[req.Key] = req
+		mu.Unlock()
+	}
+	b.sess.afterRelease = func(key string) {
+		mu.Lock()
+		req, ok := pending[key]
+		delete(pending, key)
+		mu.Unlock()
+		if ok {
+			_, _ = b.store.TryAcquire(context.Background(), req)
+		}
+	}
+	return b.sess
+}
