@@ -141,17 +141,31 @@ func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Driver {
 // Close closes it, which ends the session and frees every key the driver
 // held or waited for at once. The connection logs nothing.
 //
+// If every server address refuses the connection (or has no route), Dial
+// returns at once with those errors (matching syscall.ECONNREFUSED, for
+// example) instead of waiting: nothing listens there. Servers that do not
+// answer at all are waited for, up to sessionTimeout.
+//
 // The server may grant a shorter session timeout than asked (it clamps it
 // to its minSessionTimeout and maxSessionTimeout); the driver then refuses
 // lease TTLs longer than the granted one.
 func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
 	g := &grantWatch{ready: make(chan struct{})}
-	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g))
+	hosts := zk.NewDNSHostProvider()
+	r := newRefusals(hosts)
+	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g), zk.WithHostProvider(hosts), zk.WithDialer(r.dial))
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: connect %v: %w", servers, err)
 	}
 	select {
 	case <-g.ready:
+	case err := <-r.refused:
+		select {
+		case <-g.ready: // a server came up meanwhile
+		default:
+			conn.Close()
+			return nil, fmt.Errorf("fencezk: connect %v: %w", servers, err)
+		}
 	case <-time.After(sessionTimeout):
 		conn.Close()
 		return nil, fmt.Errorf("fencezk: connect %v: no session within %v", servers, sessionTimeout)
