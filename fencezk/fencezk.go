@@ -148,7 +148,7 @@ func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Driver {
 //
 // The server may grant a shorter session timeout than asked (it clamps it
 // to its minSessionTimeout and maxSessionTimeout); the driver then refuses
-// lease TTLs longer than the granted one.
+// lease TTLs longer than the granted one (see MaxTTL).
 func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
 	g := &grantWatch{ready: make(chan struct{})}
 	hosts := zk.NewDNSHostProvider()
@@ -203,6 +203,14 @@ func (d *Driver) sessionLimit() time.Duration {
 	}
 	return d.sessionTimeout
 }
+
+// MaxTTL returns the longest lease TTL the driver grants: the session
+// timeout, as the server granted it if it is known (Dial; the server
+// clamps the timeout asked for to its minSessionTimeout and
+// maxSessionTimeout, 40 s by default), else as given to New. TryAcquire
+// and Acquire refuse longer TTLs with an error matching
+// fence.ErrInvalidTTL.
+func (d *Driver) MaxTTL() time.Duration { return d.sessionLimit() }
 
 // Close stops the driver's watches and, if the driver owns its connection
 // (Dial), closes it.
