@@ -51,7 +51,9 @@
 //
 // Leases here are session-bound (fencetest.Config.SessionBound): a holder
 // that stops renewing keeps the key while its session lives; a dead
-// process's keys are freed when its session expires.
+// process's keys are freed when its session expires. So are its waiting
+// children: an ephemeral znode cannot move to another session, so a dead
+// waiter holds up the queue behind it for up to the session timeout.
 //
 // Empty key znodes are containers (ZooKeeper 3.5.3 or newer): the server
 // deletes them once their last child is gone (every minute by default,
