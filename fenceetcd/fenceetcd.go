@@ -467,7 +467,7 @@ var errClosed = errors.New("fenceetcd: driver closed")
 // cannot be reached to delete it, the leases the entry may be bound to
 // stop being kept alive, so that it expires with them instead of standing
 // in the queue for ever; leases held on the same session are then lost,
-// loudly, and waiters on the same waiter lease queue again.
+// loudly, and waits on the same waiter lease stop with an error.
 func (d *Driver) abandon(s *session, q queue, bound ...*session) {
 	ctx, cancel := context.WithTimeout(d.ctx, s.ttl)
 	defer cancel()
