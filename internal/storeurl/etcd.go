@@ -62,13 +62,21 @@ func openEtcd(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) 
 	return d, closerFunc(func() error { return errors.Join(d.Close(), cli.Close()) }), nil
 }
 
+// connectWait bounds how long opening an etcd store waits for a
+// connection: gRPC's own connect timeout, and the fence command's limit
+// for opening a store.
+const connectWait = 20 * time.Second
+
 // awaitConnection waits until the client is connected to an endpoint.
 // If every endpoint fails first (gRPC's TRANSIENT_FAILURE), it returns
 // why, as refused finds it: "connection refused" at once, where the
 // client's calls would wait out their deadline and say only that. It
-// returns nil when ctx ends first: the store's calls then report the
-// timeout, as they would have.
+// returns ctx's error if ctx ends first (an endpoint that does not
+// answer), and nil after connectWait: the store's calls then report what
+// goes wrong, as they would have.
 func awaitConnection(ctx context.Context, cli *clientv3.Client, hosts []string) error {
+	wctx, cancel := context.WithTimeout(ctx, connectWait)
+	defer cancel()
 	conn := cli.ActiveConnection()
 	conn.Connect()
 	for {
@@ -77,11 +85,14 @@ func awaitConnection(ctx context.Context, cli *clientv3.Client, hosts []string) 
 		case connectivity.Ready:
 			return nil
 		case connectivity.TransientFailure:
-			if err := refused(ctx, hosts); err != nil {
+			if err := refused(wctx, hosts); err != nil {
 				return err
 			}
 		}
-		if !conn.WaitForStateChange(ctx, state) {
+		if !conn.WaitForStateChange(wctx, state) {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("no etcd endpoint connected: %w", err)
+			}
 			return nil
 		}
 	}
