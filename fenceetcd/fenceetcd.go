@@ -18,11 +18,16 @@
 //
 //   - TryAcquire is one transaction: if no entry exists under the key, put
 //     ours; otherwise read the holder. It never leaves an entry behind.
-//   - Acquire (fence.BlockingAcquirer) puts its entry and reads the holder
-//     in one transaction; if it is not first, it watches only the entry
-//     just before its own (no thundering herd) until it is first. Waiters
-//     are served in the order they queued (FIFO). A cancelled wait deletes
-//     its entry.
+//   - Acquire (fence.BlockingAcquirer) is one transaction too: if no entry
+//     is ahead, put ours; otherwise queue it under a short waiter lease
+//     (5 s), marked as waiting. A waiting entry watches only the entry
+//     just before its own (no thundering herd) until it is first, then
+//     binds its entry to its session in one more transaction (a put to
+//     an existing key keeps its create revision: its place and its
+//     token). Waiters are served in the order they queued (FIFO). A
+//     cancelled wait deletes its entry; a waiter that dies without doing
+//     so leaves an entry that expires with its waiter lease, so it holds
+//     up those behind it for seconds, not for its session's TTL.
 //   - Extend checks, in one transaction, that our entry still exists with
 //     our create revision, after making sure the session lease is known to
 //     live for at least the TTL; Release deletes the entry, a plain Delete
@@ -58,7 +63,7 @@
 // Leases here are session-bound (fencetest.Config.SessionBound): a lease
 // whose holder stops renewing stays held in etcd while the holder's
 // process keeps its session, and a dead process's keys are freed when its
-// session lease expires, within 1.5 TTL.
+// session lease expires, within 1.5 TTL; its waiting entries within 5 s.
 package fenceetcd
 
 import (
@@ -99,7 +104,7 @@ type Driver struct {
 	wg     sync.WaitGroup // session and claim goroutines
 
 	mu       sync.Mutex
-	sessions map[int64]*session // by requested TTL in seconds
+	sessions map[int64]*session // see Driver.lease
 	closed   bool
 
 	watches *delayq.Queue // starts the watches on holders' entries; see claim.go
@@ -167,18 +172,23 @@ type entry struct {
 	Owner string            `json:"owner"`
 	Meta  map[string]string `json:"meta,omitempty"`
 	Limit int               `json:"limit,omitempty"` // a semaphore's
+	// Waiting marks an entry still bound to its waiter lease: one that
+	// has not been granted yet, even if it is first (its waiter is about
+	// to take the key, or died waiting). See Driver.rebind.
+	Waiting bool `json:"waiting,omitempty"`
 }
 
-// holder describes the first of kvs, the holder's entry.
+// holder describes the first of kvs, the holder's entry. It reports no
+// holder if that entry is still waiting: then no one holds the key yet.
 func holder(key string, kvs []*mvccpb.KeyValue) (fence.Holder, bool) {
 	if len(kvs) == 0 {
 		return fence.Holder{}, false
 	}
-	h := fence.Holder{Key: key, Token: kvs[0].CreateRevision}
 	var e entry
-	if json.Unmarshal(kvs[0].Value, &e) == nil {
-		h.Owner, h.Meta = e.Owner, e.Meta
+	if json.Unmarshal(kvs[0].Value, &e) == nil && e.Waiting {
+		return fence.Holder{}, false
 	}
+	h := fence.Holder{Key: key, Token: kvs[0].CreateRevision, Owner: e.Owner, Meta: e.Meta}
 	return h, true
 }
 
@@ -216,8 +226,8 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 		Commit()
 	if err != nil {
 		// The put may have been applied though the reply was lost.
-		d.abandon(s, q)
-		return nil, d.opError(s, "acquire", req.Key, err)
+		d.abandon(s, q, s)
+		return nil, d.opError("acquire", req.Key, err, s)
 	}
 	if !resp.Succeeded {
 		s.freeSlot(q.prefix, q.slot) // nothing was put
@@ -231,32 +241,63 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 }
 
 // Acquire implements fence.BlockingAcquirer: it queues this owner's entry
-// and waits, watching only its predecessor, until it is first.
+// and waits, watching only its predecessor, until it is first. A wait
+// whose session or waiter lease (see waitSession) ends stops with an
+// error, never granting an entry that may have expired.
 func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	s, err := d.session(ctx, req.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	q := d.queueOf(s, req)
 	if req.Kind == fence.KindSemaphore {
-		return d.acquireSlot(ctx, s, req, q)
+		w, err := d.waitSession(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+		}
+		return d.acquireSlot(ctx, s, w, req, d.queueOf(s, req))
 	}
-	resp, err := d.cli.Txn(ctx).
-		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)),
-			clientv3.OpGet(q.ahead, clientv3.WithFirstCreate()...)).
-		Commit()
+	q := d.queueOf(s, req)
+	// Nothing ahead: take the key under the session, as TryAcquire does.
+	// Else queue under the waiter lease, marked as waiting: in the same
+	// transaction if the lease is granted already (it is granted at the
+	// first wait, not before, so that clients that never wait keep no
+	// second lease alive).
+	w := d.grantedWaitSession(s)
+	txn := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))
+	bound := []*session{s}
+	if w != nil {
+		txn = txn.Else(clientv3.OpPut(q.name, encodeWaitingEntry(req), clientv3.WithLease(w.id)))
+		bound = append(bound, w)
+	}
+	resp, err := txn.Commit()
 	if err != nil {
-		d.abandon(s, q)
-		return nil, d.opError(s, "acquire", req.Key, err)
+		d.abandon(s, q, bound...)
+		return nil, d.opError("acquire", req.Key, err, bound...)
 	}
 	rev := resp.Header.Revision
-	first := resp.Responses[1].GetResponseRange().Kvs
-	if len(first) != 0 && first[0].CreateRevision != rev {
-		if err := d.waitTurn(ctx, s, q.ahead, q.name, rev); err != nil {
-			d.abandon(s, q)
+	if !resp.Succeeded {
+		if w == nil {
+			if w, err = d.waitSession(ctx, s); err != nil {
+				s.freeSlot(q.prefix, q.slot) // nothing was put
+				return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+			}
+			put, err := d.cli.Put(ctx, q.name, encodeWaitingEntry(req), clientv3.WithLease(w.id))
+			if err != nil {
+				d.abandon(s, q, w)
+				return nil, d.opError("acquire", req.Key, err, s, w)
+			}
+			rev = put.Header.Revision
+		}
+		if err := d.waitTurn(ctx, s, w, q.ahead, q.name, rev); err != nil {
+			d.abandon(s, q, w)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+		}
+		if err := d.rebind(ctx, s, w, q, rev); err != nil {
 			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 		}
 	}
@@ -266,14 +307,48 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 var (
 	errSessionGone = errors.New("fenceetcd: session lease expired or revoked")
 	errEntryGone   = errors.New("fenceetcd: queue entry deleted while waiting")
+	// errWaitLeaseGone: a waiter's entry went, or may have gone, with its
+	// waiter lease (etcd unreachable for its TTL, or the lease revoked).
+	errWaitLeaseGone = errors.New("fenceetcd: waiter lease expired or revoked")
 )
+
+// rebind grants a waiting entry, name q.name created at rev, that has
+// reached its turn: one transaction that, if the entry still exists with
+// that create revision, binds it to the holder's session s instead of the
+// waiter lease and clears its waiting mark. A put to an existing key keeps
+// its create revision, so the entry keeps its place and its token, and at
+// every moment it is bound to one of the two leases: a waiter that dies
+// before the rebind leaves an entry that expires with its waiter lease.
+// If the entry has gone meanwhile (the waiter lease expired), nothing is
+// put and the wait fails. The entry is deleted again if the outcome is
+// unknown.
+func (d *Driver) rebind(ctx context.Context, s, w *session, q queue, rev int64) error {
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(q.name), "=", rev)).
+		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id))).
+		Commit()
+	if err != nil {
+		d.abandon(s, q, s, w)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.end(errSessionGone)
+			return errSessionGone
+		}
+		return err
+	}
+	if !resp.Succeeded {
+		err := d.entryGone(ctx, s, w)
+		d.abandon(s, q, w) // gone: this frees its name
+		return err
+	}
+	return nil
+}
 
 // waitTurn returns once no entry under ahead was created before the entry
 // name, created at rev: for a lock (ahead is the key's queue), once the
 // entry is first. It watches the entry under ahead created last before it
-// for deletion, again and again, and fails if the session ends or the
-// entry itself vanishes.
-func (d *Driver) waitTurn(ctx context.Context, s *session, ahead, name string, rev int64) error {
+// for deletion, again and again, and fails if the session or the waiter
+// lease w ends or the entry itself vanishes.
+func (d *Driver) waitTurn(ctx context.Context, s, w *session, ahead, name string, rev int64) error {
 	for {
 		resp, err := d.cli.Txn(ctx).
 			Then(clientv3.OpGet(name),
@@ -283,19 +358,42 @@ func (d *Driver) waitTurn(ctx context.Context, s *session, ahead, name string, r
 			return err
 		}
 		if mine := resp.Responses[0].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
-			if err := s.err(); err != nil {
-				return err
-			}
-			return errEntryGone
+			return d.entryGone(ctx, s, w)
 		}
 		pred := resp.Responses[1].GetResponseRange().Kvs
 		if len(pred) == 0 {
-			return s.err() // first, unless the session ended meanwhile
+			return waiting(s, w) // first, unless a lease ended meanwhile
 		}
-		if err := d.waitGone(ctx, s, string(pred[0].Key), pred[0].CreateRevision); err != nil {
+		if err := d.waitGone(ctx, s, w, string(pred[0].Key), pred[0].CreateRevision); err != nil {
 			return err
 		}
 	}
+}
+
+// waiting returns nil while both the session s and the waiter lease w of
+// a waiting entry live, else why one ended.
+func waiting(s, w *session) error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	if err := w.err(); err != nil {
+		return fmt.Errorf("%w: %w", errWaitLeaseGone, err)
+	}
+	return nil
+}
+
+// entryGone returns why a waiting entry bound to w has vanished: its
+// session or waiter lease ended (a keepalive tells, if the driver has not
+// noticed yet), or someone deleted it (errEntryGone).
+func (d *Driver) entryGone(ctx context.Context, s, w *session) error {
+	if err := waiting(s, w); err != nil {
+		return err
+	}
+	_ = w.refresh(ctx) // ends w if etcd no longer has it
+	if err := waiting(s, w); err != nil {
+		return err
+	}
+	return errEntryGone
 }
 
 // waitGone waits until the entry key, created at createRev, is gone, or
@@ -306,11 +404,11 @@ func (d *Driver) waitTurn(ctx context.Context, s *session, ahead, name string, r
 // could reach the waiter up to 100 ms late (seen as a p99 of 70-90 ms
 // with 8 waiters). Once the watch is in place it reads the entry once
 // more, so a deletion before the watch started is not missed.
-func (d *Driver) waitGone(ctx context.Context, s *session, key string, createRev int64) error {
+func (d *Driver) waitGone(ctx context.Context, s, w *session, key string, createRev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := d.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	return d.awaitDelete(ctx, s, wch, func() bool {
+	return d.awaitDelete(ctx, s, w, wch, func() bool {
 		resp, err := d.cli.Get(ctx, key)
 		return err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev
 	})
@@ -319,24 +417,27 @@ func (d *Driver) waitGone(ctx context.Context, s *session, key string, createRev
 // waitDeleted waits until key (or, with clientv3.WithPrefix, a key under
 // it) is deleted at or after revision from, or the watch breaks (the
 // caller looks again).
-func (d *Driver) waitDeleted(ctx context.Context, s *session, key string, from int64, opts ...clientv3.OpOption) error {
+func (d *Driver) waitDeleted(ctx context.Context, s, w *session, key string, from int64, opts ...clientv3.OpOption) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := d.cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(from), clientv3.WithFilterPut()}, opts...)...)
-	return d.awaitDelete(ctx, s, wch, nil)
+	return d.awaitDelete(ctx, s, w, wch, nil)
 }
 
 // awaitDelete returns once wch reports a deletion, breaks (the caller
-// looks again), or the wait ends (ctx, the session, the Driver). If the
-// watch was made WithCreatedNotify, once it is in place it asks gone
-// whether the deletion happened before, and returns if so.
-func (d *Driver) awaitDelete(ctx context.Context, s *session, wch clientv3.WatchChan, gone func() bool) error {
+// looks again), or the wait ends (ctx, the session s or waiter lease w,
+// the Driver). If the watch was made WithCreatedNotify, once it is in
+// place it asks gone whether the deletion happened before, and returns if
+// so.
+func (d *Driver) awaitDelete(ctx context.Context, s, w *session, wch clientv3.WatchChan, gone func() bool) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.ended.Done():
-			return s.err()
+			return waiting(s, w)
+		case <-w.ended.Done():
+			return waiting(s, w)
 		case <-d.ctx.Done():
 			return errClosed
 		case wr, ok := <-wch:
@@ -360,34 +461,62 @@ func (d *Driver) awaitDelete(ctx context.Context, s *session, wch clientv3.Watch
 
 var errClosed = errors.New("fenceetcd: driver closed")
 
-// abandon deletes a queue entry this driver may have put (a cancelled
-// wait, an acquire whose reply was lost). The entry's name is unique to one
-// acquisition, so the delete touches nothing else. If etcd cannot be
-// reached to delete it, the session stops being kept alive, so that the
-// entry expires with it instead of standing in the queue for ever; leases
-// held on the same session are then lost, loudly.
-func (d *Driver) abandon(s *session, q queue) {
+// abandon deletes a queue entry of session s this driver may have put (a
+// cancelled wait, an acquire whose reply was lost). The entry's name is
+// unique to one acquisition, so the delete touches nothing else. If etcd
+// cannot be reached to delete it, the leases the entry may be bound to
+// stop being kept alive, so that it expires with them instead of standing
+// in the queue for ever; leases held on the same session are then lost,
+// loudly, and waits on the same waiter lease stop with an error.
+func (d *Driver) abandon(s *session, q queue, bound ...*session) {
 	ctx, cancel := context.WithTimeout(d.ctx, s.ttl)
 	defer cancel()
 	if _, err := d.cli.Delete(ctx, q.name); err != nil {
-		s.end(fmt.Errorf("fenceetcd: could not delete abandoned queue entry %s: %w", q.name, err))
+		for _, b := range bound {
+			b.end(fmt.Errorf("fenceetcd: could not delete abandoned queue entry %s: %w", q.name, err))
+		}
 		return
 	}
 	s.freeSlot(q.prefix, q.slot)
 }
 
-// opError wraps a failed etcd call; a missing lease means the session is
-// over.
-func (d *Driver) opError(s *session, op, key string, err error) error {
+// opError wraps a failed etcd call that bound an entry to one of leases.
+// A missing lease means a session or waiter lease is over; a keepalive of
+// each tells which, and ends it.
+func (d *Driver) opError(op, key string, err error, leases ...*session) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		s.end(errSessionGone)
-		err = errSessionGone
+		err = d.leaseGone(leases)
 	}
 	return fmt.Errorf("fenceetcd: %s %q: %w", op, key, err)
 }
 
+// leaseGone ends the one of leases (a session and, if two, its waiter
+// lease) that etcd no longer has, and returns why the operation failed.
+func (d *Driver) leaseGone(leases []*session) error {
+	s := leases[0]
+	if len(leases) == 1 {
+		s.end(errSessionGone)
+		return errSessionGone
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, s.ttl)
+	defer cancel()
+	for _, l := range leases {
+		_ = l.refresh(ctx)
+	}
+	if err := waiting(s, leases[1]); err != nil {
+		return err
+	}
+	// No keepalive could tell which: end both, as their keepalives would.
+	for _, l := range leases {
+		l.end(errSessionGone)
+	}
+	return errSessionGone
+}
+
 // Inspect implements fence.Inspector. Leases here end with their session,
-// so Holder.ExpiresIn is 0.
+// so Holder.ExpiresIn is 0. While the first entry is a waiter that has
+// not bound it to its session yet, the key has no holder: its next
+// waiter is taking it, or died waiting and its entry is about to expire.
 func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	resp, err := d.cli.Get(ctx, d.dir(key), clientv3.WithFirstCreate()...)
 	if err != nil {
@@ -395,6 +524,9 @@ func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) 
 	}
 	h, ok := holder(key, resp.Kvs)
 	if !ok {
+		if len(resp.Kvs) > 0 {
+			return fence.Holder{}, fmt.Errorf("%w: %q has no holder: it is being handed to the next waiter", fence.ErrNotHeld, key)
+		}
 		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 	}
 	return h, nil
@@ -421,8 +553,9 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error
 		if err != nil {
 			continue
 		}
-		h, _ := holder(key, []*mvccpb.KeyValue{kv})
-		hs = append(hs, h)
+		if h, ok := holder(key, []*mvccpb.KeyValue{kv}); ok {
+			hs = append(hs, h)
+		}
 	}
 	slices.SortFunc(hs, func(a, b fence.Holder) int { return strings.Compare(a.Key, b.Key) })
 	return hs, nil
@@ -431,14 +564,22 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error
 // encodeEntry is the JSON of an entry for req, byte for byte what
 // json.Marshal writes, built by hand (Marshal of a struct holding a map
 // costs a dozen allocations, on every acquisition).
-func encodeEntry(req fence.Request) string {
-	b := make([]byte, 0, 40+len(req.Owner)+metajson.Size(req.Meta))
+func encodeEntry(req fence.Request) string { return appendEntry(req, false) }
+
+// encodeWaitingEntry is encodeEntry's JSON with the waiting mark.
+func encodeWaitingEntry(req fence.Request) string { return appendEntry(req, true) }
+
+func appendEntry(req fence.Request, waiting bool) string {
+	b := make([]byte, 0, 56+len(req.Owner)+metajson.Size(req.Meta))
 	b = metajson.AppendString(append(b, `{"owner":`...), req.Owner)
 	if len(req.Meta) > 0 {
 		b = metajson.Append(append(b, `,"meta":`...), req.Meta)
 	}
 	if req.Limit != 0 {
 		b = strconv.AppendInt(append(b, `,"limit":`...), int64(req.Limit), 10)
+	}
+	if waiting {
+		b = append(b, `,"waiting":true`...)
 	}
 	b = append(b, '}')
 	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again

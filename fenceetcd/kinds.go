@@ -87,27 +87,27 @@ func (d *Driver) queueOf(s *session, req fence.Request) queue {
 	return q
 }
 
-// queueSlot puts the entry of a semaphore acquisition and reads the first
-// Limit entries, in one transaction. It returns the entry's create
-// revision and whether the entry holds a slot; an error matching
-// fence.ErrLimitMismatch (the entry deleted again) if the first entry, a
-// holder, was queued with another limit.
-func (d *Driver) queueSlot(ctx context.Context, s *session, req fence.Request, q queue) (int64, bool, error) {
+// queueSlot puts the entry of a semaphore acquisition, bound to lease l
+// with value val, and reads the first Limit entries, in one transaction.
+// It returns the entry's create revision and whether the entry holds a
+// slot; an error matching fence.ErrLimitMismatch (the entry deleted again)
+// if the first entry, a holder, was queued with another limit.
+func (d *Driver) queueSlot(ctx context.Context, s, l *session, val string, req fence.Request, q queue) (int64, bool, error) {
 	resp, err := d.cli.Txn(ctx).
-		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)),
+		Then(clientv3.OpPut(q.name, val, clientv3.WithLease(l.id)),
 			clientv3.OpGet(q.dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
 				clientv3.WithLimit(int64(req.Limit)))).
 		Commit()
 	if err != nil {
-		d.abandon(s, q)
-		return 0, false, d.opError(s, "acquire", req.Key, err)
+		d.abandon(s, q, l)
+		return 0, false, d.opError("acquire", req.Key, err, l)
 	}
 	rev := resp.Header.Revision
 	kvs := resp.Responses[1].GetResponseRange().Kvs
 	if len(kvs) > 0 && kvs[0].CreateRevision != rev {
 		var first entry
 		if json.Unmarshal(kvs[0].Value, &first) == nil && first.Limit != req.Limit {
-			d.abandon(s, q)
+			d.abandon(s, q, l)
 			return 0, false, fmt.Errorf("fenceetcd: acquire semaphore %q: %w: held with limit %d, asked with %d",
 				req.Key, fence.ErrLimitMismatch, first.Limit, req.Limit)
 		}
@@ -124,32 +124,36 @@ func (d *Driver) queueSlot(ctx context.Context, s *session, req fence.Request, q
 // it queues an entry and, if that entry is not among the first Limit,
 // deletes it again (a second round trip, only when the semaphore is full).
 func (d *Driver) trySlot(ctx context.Context, s *session, req fence.Request, q queue) (fence.Claim, error) {
-	rev, holds, err := d.queueSlot(ctx, s, req, q)
+	rev, holds, err := d.queueSlot(ctx, s, s, q.val, req, q)
 	if err != nil {
 		return nil, err
 	}
 	if !holds {
-		d.abandon(s, q)
+		d.abandon(s, q, s)
 		return nil, &fence.HeldError{Key: req.Key}
 	}
 	return d.newClaim(s, req.Key, q, rev), nil
 }
 
-// acquireSlot queues for a semaphore slot and waits until fewer than Limit
-// entries are ahead of its entry.
-func (d *Driver) acquireSlot(ctx context.Context, s *session, req fence.Request, q queue) (fence.Claim, error) {
-	rev, holds, err := d.queueSlot(ctx, s, req, q)
+// acquireSlot queues for a semaphore slot, under the waiter lease w, and
+// waits until fewer than Limit entries are ahead of its entry; then it
+// binds the entry to the session s (Driver.rebind).
+func (d *Driver) acquireSlot(ctx context.Context, s, w *session, req fence.Request, q queue) (fence.Claim, error) {
+	rev, holds, err := d.queueSlot(ctx, s, w, encodeWaitingEntry(req), req, q)
 	if err != nil {
 		return nil, err
 	}
 	if !holds {
-		if err := d.waitSlot(ctx, s, q, rev, req.Limit); err != nil {
-			d.abandon(s, q)
+		if err := d.waitSlot(ctx, s, w, q, rev, req.Limit); err != nil {
+			d.abandon(s, q, w)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
 		}
+	}
+	if err := d.rebind(ctx, s, w, q, rev); err != nil {
+		return nil, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
 	}
 	return d.newClaim(s, req.Key, q, rev), nil
 }
@@ -159,7 +163,7 @@ func (d *Driver) acquireSlot(ctx context.Context, s *session, req fence.Request,
 // may free a slot, so it watches the whole directory for deletions and
 // counts again after each: a release wakes every waiter of the semaphore
 // for one count each.
-func (d *Driver) waitSlot(ctx context.Context, s *session, q queue, rev int64, limit int) error {
+func (d *Driver) waitSlot(ctx context.Context, s, w *session, q queue, rev int64, limit int) error {
 	for {
 		resp, err := d.cli.Txn(ctx).
 			Then(clientv3.OpGet(q.name),
@@ -172,15 +176,12 @@ func (d *Driver) waitSlot(ctx context.Context, s *session, q queue, rev int64, l
 			return err
 		}
 		if mine := resp.Responses[0].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
-			if err := s.err(); err != nil {
-				return err
-			}
-			return errEntryGone
+			return d.entryGone(ctx, s, w)
 		}
 		if len(resp.Responses[1].GetResponseRange().Kvs) < limit {
-			return s.err()
+			return waiting(s, w)
 		}
-		if err := d.waitDeleted(ctx, s, q.dir, resp.Header.Revision+1, clientv3.WithPrefix()); err != nil {
+		if err := d.waitDeleted(ctx, s, w, q.dir, resp.Header.Revision+1, clientv3.WithPrefix()); err != nil {
 			return err
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // entries to.
 type session struct {
 	d   *Driver
-	key int64 // its entry in d.sessions
+	key int64 // its entry in d.sessions (see Driver.lease)
 	id  clientv3.LeaseID
 	ttl time.Duration // as granted
 
@@ -88,7 +88,7 @@ func (s *session) entryName(slot int) string {
 // session returns a live session for leases of ttl whose lease is known to
 // live for at least ttl from now, granting one if needed.
 func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
-	s, err := d.sessionFor(ctx, ttl)
+	s, err := d.lease(ctx, sessionTTL(ttl), sessionTTL(ttl))
 	if err != nil {
 		return nil, err
 	}
@@ -98,8 +98,41 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 	return s, nil
 }
 
-func (d *Driver) sessionFor(ctx context.Context, ttl time.Duration) (*session, error) {
-	k := sessionTTL(ttl)
+// waiterTTL is the TTL of the lease a waiting entry is bound to until it
+// is granted (see waitSession): how long a waiter that died without
+// deleting its entry can stand in the queue, at most.
+const waiterTTL = 5 * time.Second
+
+// waitSession returns the live lease that entries of session s's
+// acquisitions are bound to while they wait: a short one (waiterTTL, or
+// s's own TTL if shorter), so that a waiter killed before it could delete
+// its entry delays those behind it by seconds, not by s's TTL. An entry is
+// bound to s itself once granted (see Driver.rebind). The lease is shared
+// by every waiter of s's TTL and kept alive like a session.
+func (d *Driver) waitSession(ctx context.Context, s *session) (*session, error) {
+	w, err := d.lease(ctx, -s.key, min(s.key, int64(waiterTTL/time.Second)))
+	if err != nil {
+		return nil, err
+	}
+	return w, w.ensure(ctx, 0)
+}
+
+// grantedWaitSession returns s's waiter lease if it has been granted and
+// lives, else nil, without a round trip.
+func (d *Driver) grantedWaitSession(s *session) *session {
+	d.mu.Lock()
+	w := d.sessions[-s.key]
+	d.mu.Unlock()
+	if w == nil || w.err() != nil || !time.Now().Before(w.liveUntil()) {
+		return nil
+	}
+	return w
+}
+
+// lease returns the live session d.sessions holds under k, granting one of
+// seconds if there is none. Keys above 0 are sessions of holders (by
+// requested TTL in seconds), below 0 their waiters' leases.
+func (d *Driver) lease(ctx context.Context, k, seconds int64) (*session, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -113,7 +146,7 @@ func (d *Driver) sessionFor(ctx context.Context, ttl time.Duration) (*session, e
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)()
 	sent := time.Now()
-	resp, err := d.cli.Grant(ctx, k)
+	resp, err := d.cli.Grant(ctx, seconds)
 	if err != nil {
 		return nil, fmt.Errorf("grant session lease: %w", err)
 	}

@@ -14,7 +14,7 @@ var _ fence.WaiterCounter = (*Driver)(nil)
 // Waiters implements fence.WaiterCounter for locks, in one count-only
 // range request: every entry of the key's queue behind the holder's waits
 // for it. A contender that stopped waiting has deleted its entry, or its
-// session lease's expiry will.
+// waiter lease's expiry will, within seconds (see Driver.waitSession).
 func (d *Driver) Waiters(ctx context.Context, key string) (int, error) {
 	resp, err := d.cli.Get(ctx, d.dir(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {

@@ -51,7 +51,9 @@
 //
 // Leases here are session-bound (fencetest.Config.SessionBound): a holder
 // that stops renewing keeps the key while its session lives; a dead
-// process's keys are freed when its session expires.
+// process's keys are freed when its session expires. So are its waiting
+// children: an ephemeral znode cannot move to another session, so a dead
+// waiter holds up the queue behind it for up to the session timeout.
 //
 // Empty key znodes are containers (ZooKeeper 3.5.3 or newer): the server
 // deletes them once their last child is gone (every minute by default,
@@ -141,17 +143,31 @@ func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Driver {
 // Close closes it, which ends the session and frees every key the driver
 // held or waited for at once. The connection logs nothing.
 //
+// If every server address refuses the connection (or has no route), Dial
+// returns at once with those errors (matching syscall.ECONNREFUSED, for
+// example) instead of waiting: nothing listens there. Servers that do not
+// answer at all are waited for, up to sessionTimeout.
+//
 // The server may grant a shorter session timeout than asked (it clamps it
 // to its minSessionTimeout and maxSessionTimeout); the driver then refuses
-// lease TTLs longer than the granted one.
+// lease TTLs longer than the granted one (see MaxTTL).
 func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
 	g := &grantWatch{ready: make(chan struct{})}
-	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g))
+	hosts := zk.NewDNSHostProvider()
+	r := newRefusals(hosts)
+	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g), zk.WithHostProvider(hosts), zk.WithDialer(r.dial))
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: connect %v: %w", servers, err)
 	}
 	select {
 	case <-g.ready:
+	case err := <-r.refused:
+		select {
+		case <-g.ready: // a server came up meanwhile
+		default:
+			conn.Close()
+			return nil, fmt.Errorf("fencezk: connect %v: %w", servers, err)
+		}
 	case <-time.After(sessionTimeout):
 		conn.Close()
 		return nil, fmt.Errorf("fencezk: connect %v: no session within %v", servers, sessionTimeout)
@@ -189,6 +205,14 @@ func (d *Driver) sessionLimit() time.Duration {
 	}
 	return d.sessionTimeout
 }
+
+// MaxTTL returns the longest lease TTL the driver grants: the session
+// timeout, as the server granted it if it is known (Dial; the server
+// clamps the timeout asked for to its minSessionTimeout and
+// maxSessionTimeout, 40 s by default), else as given to New. TryAcquire
+// and Acquire refuse longer TTLs with an error matching
+// fence.ErrInvalidTTL.
+func (d *Driver) MaxTTL() time.Duration { return d.sessionLimit() }
 
 // Close stops the driver's watches and, if the driver owns its connection
 // (Dial), closes it.

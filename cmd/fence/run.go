@@ -50,6 +50,7 @@ type runFlags struct {
 	ttl, wait, hold time.Duration
 	grace           time.Duration
 	noWait, json    bool
+	ttlSet          bool // --ttl was given
 	metricsAddr     string
 	argv            []string
 }
@@ -72,7 +73,7 @@ func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
 	}
 	f.store, f.json, f.argv = *store, *jsonOut, fs.Args()
 	waitSet := false
-	fs.Visit(func(fl *flag.Flag) { waitSet = waitSet || fl.Name == "wait" })
+	fs.Visit(func(fl *flag.Flag) { waitSet, f.ttlSet = waitSet || fl.Name == "wait", f.ttlSet || fl.Name == "ttl" })
 	var err error
 	switch {
 	case f.key == "":
@@ -130,6 +131,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return ev.fail(err)
 	}
 	defer st.Close()
+	if err := fitTTL(st, &f, ev); err != nil {
+		return ev.fail(err)
+	}
 	leaseOpts := []fence.Option{fence.WithTTL(f.ttl)}
 
 	tctx, cancel := context.WithTimeout(ctx, storeTimeout)

@@ -3,6 +3,7 @@ package storeurl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fenceetcd"
@@ -23,7 +25,7 @@ func init() {
 // openEtcd opens etcd://[user:password@]h1[:2379],h2,.../prefix: the
 // cluster's client endpoints (plain HTTP, port 2379 by default; give every
 // host a port or none) and the key prefix of the locks (default "fence").
-func openEtcd(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
+func openEtcd(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
 	raw := u.String()
 	if u.RawQuery != "" {
 		return nil, nil, badURL(raw, "an etcd URL takes no parameters")
@@ -39,9 +41,17 @@ func openEtcd(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()
+		// New authenticates, waiting up to DialTimeout for a connection.
+		if err := refused(ctx, hosts); err != nil {
+			return nil, nil, err
+		}
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := awaitConnection(ctx, cli, hosts); err != nil {
+		cli.Close()
 		return nil, nil, err
 	}
 	var opts []fenceetcd.Option
@@ -50,6 +60,72 @@ func openEtcd(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
 	}
 	d := fenceetcd.New(cli, opts...)
 	return d, closerFunc(func() error { return errors.Join(d.Close(), cli.Close()) }), nil
+}
+
+// connectWait bounds how long opening an etcd store waits for a
+// connection: gRPC's own connect timeout, and the fence command's limit
+// for opening a store.
+const connectWait = 20 * time.Second
+
+// awaitConnection waits until the client is connected to an endpoint.
+// If every endpoint fails first (gRPC's TRANSIENT_FAILURE), it returns
+// why, as refused finds it: "connection refused" at once, where the
+// client's calls would wait out their deadline and say only that. It
+// returns ctx's error if ctx ends first (an endpoint that does not
+// answer), and nil after connectWait: the store's calls then report what
+// goes wrong, as they would have.
+func awaitConnection(ctx context.Context, cli *clientv3.Client, hosts []string) error {
+	wctx, cancel := context.WithTimeout(ctx, connectWait)
+	defer cancel()
+	conn := cli.ActiveConnection()
+	conn.Connect()
+	for {
+		state := conn.GetState()
+		switch state {
+		case connectivity.Ready:
+			return nil
+		case connectivity.TransientFailure:
+			if err := refused(wctx, hosts); err != nil {
+				return err
+			}
+		}
+		if !conn.WaitForStateChange(wctx, state) {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("no etcd endpoint connected: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
+// refused dials every host and returns their errors if each one refused
+// the connection, had no route or no address: nothing listens there. It
+// returns nil as soon as a host accepts, or if one does not answer within
+// a few seconds (it may be slow, or behind a firewall that drops packets:
+// the store's calls then time out as before).
+func refused(ctx context.Context, hosts []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel() // stops the dials still running
+	results := make(chan error, len(hosts))
+	for _, h := range hosts {
+		go func() {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", h)
+			if err == nil {
+				c.Close()
+			}
+			results <- err
+		}()
+	}
+	var errs []any
+	for range hosts {
+		err := <-results
+		var ne net.Error
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("no etcd endpoint reachable: "+strings.Repeat("; %w", len(errs))[2:], errs...)
 }
 
 type closerFunc func() error
