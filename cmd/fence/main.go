@@ -59,11 +59,12 @@ Usage:
       Show this help.
 
 Store (--store, else $FENCE_STORE, else the per-user default):
-  file:///path/to/dir   lock files in a directory, same host only;
-                        a plain path works too. Default:
+  file:///path/to/dir   lock files in a directory, same host only; a path
+                        starting with /, ./, ../ or ~/ works too. Default:
                         $XDG_STATE_HOME/fence, else ~/.local/state/fence
   %s
-  Credentials in URLs are never printed.
+  Anything else is an error, never another store. Credentials in URLs
+  (passwords, tokens, keys, signatures) are never printed.
 
 Exit status:
   fence run     CMD's own status (128+N if CMD died of signal N)

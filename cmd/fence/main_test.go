@@ -65,7 +65,9 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(fenceBin, args...)
-	cmd.Env = append(os.Environ(), "FENCE_STORE="+e.store, "HOME="+e.home, "XDG_STATE_HOME=")
+	cmd.Env = append(os.Environ(), "FENCE_STORE="+e.store, "HOME="+e.home, "XDG_STATE_HOME=",
+		// The machine's own Azure settings stay out.
+		"AZURE_STORAGE_CONNECTION_STRING=", "AZURE_STORAGE_KEY=", "AZURE_STORAGE_SAS_TOKEN=")
 	return cmd
 }
 
@@ -467,9 +469,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--key", "k", "--ttl", "1ms", "--", "true"}, "ttl"},
 		{[]string{"run", "--key", "k", "--wait", "1s", "--no-wait", "--", "true"}, "exclude"},
 		{[]string{"run", "--key", "k", "--bogus", "--", "true"}, "not defined"},
-		{[]string{"run", "--store", "bogus://x", "--key", "k", "--", "true"}, "file:///path/to/dir"},
+		{[]string{"run", "--store", "bogus://x", "--key", "k", "--", "true"}, "file:///dir"},
 		{[]string{"status"}, "--key is required"},
-		{[]string{"status", "--store", "file://elsewhere/x", "--key", "k"}, "accepted forms"},
+		{[]string{"status", "--store", "file://elsewhere/x", "--key", "k"}, "this host only"},
 		{[]string{"list", "extra"}, "unexpected"},
 	} {
 		r := e.run(c.args...)
