@@ -73,7 +73,8 @@ Exit status:
   2             usage error (missing --key or command, bad duration or URL)
   3             status: the key is free
   75            run: the key is held (--no-wait, or --wait ran out)
-  76            run: the lease was lost; CMD was sent SIGTERM, then SIGKILL
+  76            run: the lease was lost, while CMD ran (CMD was sent SIGTERM,
+                then SIGKILL) or found when releasing it
   126, 127      run: CMD could not be executed, or was not found
   128+N         run: fence got signal N while waiting for the key
 

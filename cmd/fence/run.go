@@ -215,7 +215,7 @@ func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int 
 		close(exited)
 	}()
 	if err := <-started; err != nil {
-		release(l, ev)
+		_ = release(l, ev) // a loss harms nothing here: CMD never ran
 		msg := fmt.Sprintf("cannot run %s: %v", f.argv[0], err)
 		ev.emit(event{Event: "error", Error: err.Error(), Message: msg}, true)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -256,8 +256,17 @@ func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int 
 				_ = l.Release(context.Background())
 				return exitLost
 			}
-			holdAtLeast(l, f, ev, sigs)
-			release(l, ev)
+			// The lease may be lost still: found during --hold-at-least,
+			// or only now, by the release. The work CMD did may then have
+			// overlapped another holder's, whatever CMD's own status.
+			during := "when releasing it"
+			if holdAtLeast(l, f, ev, sigs) {
+				during = "during --hold-at-least"
+			}
+			if err := release(l, ev); errors.Is(err, fence.ErrLost) {
+				reportLostAfter(l, f, pid, code, during, err, ev)
+				return exitLost
+			}
 			return code
 		case s := <-sigs:
 			if !ownGroup && s == syscall.SIGINT {
@@ -295,11 +304,12 @@ func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int 
 }
 
 // holdAtLeast keeps the lease until --hold-at-least has passed since it
-// was acquired, unless it is lost or a stopping signal comes first.
-func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) {
+// was acquired, unless it is lost or a stopping signal comes first. It
+// reports whether the lease was lost meanwhile.
+func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) (lost bool) {
 	d := time.Until(l.AcquiredAt().Add(f.hold))
 	if d <= 0 {
-		return
+		return false
 	}
 	ev.emit(event{Event: "holding", Token: l.Token(),
 		Message: fmt.Sprintf("holding %q for %s more (--hold-at-least %v)", f.key, roundDur(d), f.hold)}, false)
@@ -308,26 +318,45 @@ func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) 
 	for {
 		select {
 		case <-t.C:
-			return
+			return false
 		case <-l.Done():
-			return
+			return errors.Is(l.Err(), fence.ErrLost)
 		case s := <-sigs:
 			if stops(s) {
-				return
+				return false
 			}
 		}
 	}
 }
 
-func release(l *fence.Lease, ev *events) {
+// release releases l and says so; it returns the error of the release,
+// which matches fence.ErrLost if the lease turned out to be lost (the
+// caller reports that).
+func release(l *fence.Lease, ev *events) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := l.Release(ctx); err != nil {
+	err := l.Release(ctx)
+	switch {
+	case err == nil:
+		ev.emit(event{Event: "released", Token: l.Token(), Message: fmt.Sprintf("released %q", l.Key())}, false)
+	case !errors.Is(err, fence.ErrLost):
 		ev.emit(event{Event: "release_failed", Token: l.Token(), Error: err.Error(),
 			Message: "release: " + trimFence(err.Error())}, true)
-		return
 	}
-	ev.emit(event{Event: "released", Token: l.Token(), Message: fmt.Sprintf("released %q", l.Key())}, false)
+	return err
+}
+
+// reportLostAfter reports a lease found lost after CMD ended, with status
+// code: during --hold-at-least, or by the release.
+func reportLostAfter(l *fence.Lease, f runFlags, pid, code int, during string, err error, ev *events) {
+	e := event{Event: "lost", Token: l.Token(), PID: pid, Error: err.Error(),
+		Message: fmt.Sprintf("%v; found %s, after %s (pid %d) exited with status %d: its work may have overlapped another holder's",
+			trimFence(err.Error()), during, f.argv[0], pid, code)}
+	var le *fence.LostError
+	if errors.As(err, &le) {
+		e.Reason = string(le.Reason)
+	}
+	ev.emit(e, true)
 }
 
 // exitCode returns CMD's exit status, or 128+N if signal N killed it.
