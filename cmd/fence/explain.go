@@ -37,9 +37,12 @@ func hint(err error) string {
 		recordH  tls.RecordHeaderError
 	)
 	var me *metricsError
+	var ue *usageError
 	switch {
 	case errors.As(err, &me):
 		return me.hint()
+	case errors.As(err, &ue) && ue.hint != "":
+		return ue.hint
 	case errors.Is(err, fence.ErrInvalidKey):
 		return fmt.Sprintf("a key is any non-empty UTF-8 text without NUL bytes, at most %d bytes", fence.MaxKeyLen)
 	case errors.Is(err, fence.ErrInvalidTTL):

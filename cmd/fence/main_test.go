@@ -309,7 +309,7 @@ func TestStatusAndList(t *testing.T) {
 	if r.code != 3 || strings.TrimSpace(r.stdout) != `{"key":"k","held":false}` {
 		t.Errorf("status of a free key: exit %d, %q", r.code, r.stdout)
 	}
-	if r := e.run("status", "--key", "k"); r.code != 3 || r.stdout != "k: free\n" {
+	if r := e.run("status", "--key", "k"); r.code != 3 || r.stdout != "\"k\": free\n" {
 		t.Errorf("status of a free key: exit %d, %q", r.code, r.stdout)
 	}
 	h, started := e.start("run", "--json", "--key", "k", "--", "sleep", "30")

@@ -56,10 +56,12 @@ type runFlags struct {
 
 const runSynopsis = "fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait] [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT] [--json] -- CMD ARGS..."
 
-// parseRun parses the command line of "fence run". ok is false when
-// fence should exit with code: after -h, or a mistake it has reported.
-func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
-	fs, store, jsonOut := newFlags("run")
+// parseRun parses the command line of "fence run". After -h it returns
+// flag.ErrHelp, the usage printed on stdout; after a mistake, the error
+// to report. jsonOut says whether the command line asks for --json, even
+// when it has a mistake.
+func parseRun(args []string, stdout io.Writer) (f runFlags, jsonOut bool, err error) {
+	fs, store, jsonFlag := newFlags("run")
 	fs.StringVar(&f.key, "key", "", "the lock's key (required)")
 	durationFlag(fs, &f.ttl, "ttl", 60*time.Second, "lease TTL (a `duration`); fence renews the lease every TTL/3 while CMD runs")
 	durationFlag(fs, &f.wait, "wait", 0, "wait at most this `duration` for a held key, then exit 75 (default: wait until it is free)")
@@ -67,13 +69,13 @@ func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
 	durationFlag(fs, &f.hold, "hold-at-least", 0, "keep the key after CMD ends until this `duration` after it was acquired")
 	durationFlag(fs, &f.grace, "grace", 10*time.Second, "when the lease is lost, `duration` between SIGTERM and SIGKILL to CMD")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics while fence runs")
-	if code, ok := parseFlags(fs, runSynopsis, args, stderr); !ok {
-		return f, code, false
+	jsonOut = wantsJSON(fs, args)
+	if err := parseFlags(fs, runSynopsis, args, stdout); err != nil {
+		return f, jsonOut, err
 	}
-	f.store, f.json, f.argv = *store, *jsonOut, fs.Args()
+	f.store, f.json, f.argv = *store, *jsonFlag, fs.Args()
 	waitSet := false
 	fs.Visit(func(fl *flag.Flag) { waitSet = waitSet || fl.Name == "wait" })
-	var err error
 	switch {
 	case f.key == "":
 		err = usagef("run: --key is required; usage: %s", runSynopsis)
@@ -93,16 +95,17 @@ func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
 	if err == nil {
 		err = fence.ValidateKey(f.key)
 	}
-	if err != nil {
-		return f, exitFor(stderr, err), false
-	}
-	return f, exitOK, true
+	return f, f.json, err
 }
 
-func cmdRun(args []string, stderr io.Writer) int {
-	f, code, ok := parseRun(args, stderr)
-	if !ok {
-		return code
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	f, jsonOut, err := parseRun(args, stdout)
+	ev := &events{w: stderr, json: jsonOut, key: f.key}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		return ev.fail(err)
 	}
 
 	// From here on, signals are ours to handle: they end a wait, or go to
@@ -112,7 +115,6 @@ func cmdRun(args []string, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
-	ev := &events{w: stderr, json: f.json, key: f.key}
 	opts := []fence.Option{fence.WithLogger(slog.New(&logHandler{ev: ev}))}
 	if f.metricsAddr != "" {
 		m, err := serveMetrics(f.metricsAddr)
