@@ -3,6 +3,7 @@ package storeurl
 import (
 	"context"
 	"errors"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -33,6 +34,8 @@ func TestMistypedStoreIsAnError(t *testing.T) {
 		"redis://host:6379#frag",     // a fragment
 		"redis://h:6379/?a=1;b=2",    // ';' in the query
 		"redis://h:6379/?prefix=%zz", // a bad escape
+		"redis://u:12?ss@h:6379",     // a password's '?' unencoded
+		"redis://u:12/ss@h:6379",     // a password's '/' unencoded
 		"nosuch://host",              // unknown scheme
 	} {
 		u, err := Parse(raw)
@@ -91,6 +94,9 @@ func TestNetworkSchemesNeedHost(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "hunter2") {
 				t.Errorf("Open(%q): the password shows: %v", raw, err)
+			}
+			if u, _ := url.Parse(raw); u.Opaque != "" && !strings.Contains(err.Error(), `no // after`) {
+				t.Errorf("Open(%q) = %v; want it to say the URL has no //", raw, err)
 			}
 		}
 	}
@@ -169,5 +175,21 @@ func TestRedact(t *testing.T) {
 		if got := Redact(raw); got != want {
 			t.Errorf("Redact(%q) = %q; want %q", raw, got, want)
 		}
+	}
+}
+
+// TestPgxErrorWithoutConnString: pgx's parse errors quote the whole
+// connection string, masking the passwords it recognizes; fence leaves
+// the string out (its message names the URL, redacted, once).
+func TestPgxErrorWithoutConnString(t *testing.T) {
+	raw := "postgres://app:pw1@127.0.0.1:1/db?sslpassword=pw3&connect_timeout=later&tokens_table=t2"
+	_, _, err := Open(context.Background(), raw)
+	if !errors.Is(err, ErrBadURL) {
+		t.Fatalf("Open(%q) = %v; want ErrBadURL", raw, err)
+	}
+	msg := err.Error()
+	if strings.Count(msg, "127.0.0.1:1") != 1 || strings.Contains(msg, "cannot parse") ||
+		!strings.Contains(msg, `invalid connect_timeout (strconv.ParseInt: parsing "later": invalid syntax)`) {
+		t.Errorf("Open(%q): %s; want the URL once, redacted, and pgx's reason", raw, msg)
 	}
 }
