@@ -153,7 +153,7 @@ func formError(raw, format string, args ...any) error {
 	return &URLError{URL: Redact(raw), Reason: fmt.Sprintf(format, args...), Want: briefForms}
 }
 
-// schemeError is the error for a URL of scheme s not of its form.
+// error is the error for a URL of scheme s that is not of its form.
 func (s scheme) error(raw, format string, args ...any) error {
 	return &URLError{URL: Redact(raw), Reason: fmt.Sprintf(format, args...), Want: strings.Fields(s.forms[0])[0]}
 }
