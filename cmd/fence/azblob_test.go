@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -87,6 +88,20 @@ func TestAzblobStore(t *testing.T) {
 	noKey(r)
 	if r.code != 2 || !strings.Contains(r.stderr, "15s to 1m0s") {
 		t.Errorf("run --ttl 5s: exit %d, want 2 naming the range; stderr:\n%s", r.code, r.stderr)
+	}
+
+	// Credentials the service refuses: a wrong key, a SAS token with a
+	// wrong signature. The error says so, without them, in text and JSON.
+	wrongKey := base64.StdEncoding.EncodeToString([]byte("a wrong key of the right length for Azure Storage, 64 bytes long"))
+	wrongSig := base64.StdEncoding.EncodeToString([]byte("a wrong signature, 32 bytes long"))
+	for _, c := range []credCase{
+		{[]string{"status", "--store", "azblob+http://" + testserver.AzuriteAccount + ":" + url.QueryEscape(wrongKey) + "@" + az.Addr() + "/" +
+			testserver.AzuriteAccount + "/" + name, "--key", "k"}, 1, []string{wrongKey, url.QueryEscape(wrongKey), wrongKey[:20]}, []string{"403", az.Addr()}},
+		{[]string{"status", "--store", "azblob+http://" + az.Addr() + "/" + testserver.AzuriteAccount + "/" + name +
+			"?sv=2024-08-04&sr=c&sp=rwc&se=2030-01-01T00%3A00%3A00Z&sig=" + url.QueryEscape(wrongSig), "--key", "k"},
+			1, []string{wrongSig, url.QueryEscape(wrongSig), wrongSig[:20]}, []string{"403", "sv=2024-08-04&sr=c&sp=rwc&se=2030-01-01T00%3A00%3A00Z&sig=xxxxx"}},
+	} {
+		c.check(t, e)
 	}
 
 	// An unreachable store: an error, without the key.

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"strings"
 	"syscall"
 
 	"github.com/fencing/fence"
@@ -38,11 +37,12 @@ func hint(err error) string {
 		recordH  tls.RecordHeaderError
 	)
 	var me *metricsError
+	var ue *usageError
 	switch {
 	case errors.As(err, &me):
 		return me.hint()
-	case errors.Is(err, storeurl.ErrBadURL):
-		return "accepted forms of --store (or FENCE_STORE):\n" + formsList()
+	case errors.As(err, &ue) && ue.hint != "":
+		return ue.hint
 	case errors.Is(err, fence.ErrInvalidKey):
 		return fmt.Sprintf("a key is any non-empty UTF-8 text without NUL bytes, at most %d bytes", fence.MaxKeyLen)
 	case errors.Is(err, fence.ErrInvalidTTL):
@@ -93,25 +93,14 @@ func timedOut(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func formsList() string {
-	var b strings.Builder
-	for i, f := range storeurl.Forms() {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString("  " + f)
-	}
-	return b.String()
-}
-
-// errorText returns err's message without the "fence: " prefix and,
-// for a bad store URL, without the list of forms the hint shows.
+// errorText returns err's message without the "fence: " prefix; for a
+// store value of none of the accepted forms, it ends with where to find
+// them all.
 func errorText(err error) string {
 	s := trimFence(err.Error())
-	if errors.Is(err, storeurl.ErrBadURL) {
-		if i := strings.Index(s, "; accepted forms:"); i > 0 {
-			s = s[:i]
-		}
+	var ue *storeurl.URLError
+	if errors.As(err, &ue) && ue.Want != "" {
+		s += `; "fence help" lists all`
 	}
 	return s
 }

@@ -27,8 +27,8 @@ func TestLiveLine(t *testing.T) {
 			`fence: waiting 1m15s of 2m00s for "k": held by web-01234567… (web1, pid 4242, token 17, held 3m00s, 0.0s left)`},
 		{snapshot{err: fence.ErrNotHeld, at: now}, 0, `fence: waiting 1m15s for "k": free now, taking it…`},
 		{snapshot{err: fence.ErrUnsupported, at: now}, 0, `fence: waiting 1m15s for "k": held (this store cannot tell by whom)`},
-		{snapshot{err: errors.New("fence: dial redis://u:pw@h: timeout"), at: now}, 0,
-			`fence: waiting 1m15s for "k": held; cannot tell by whom: dial redis://u:xxxxx@h: timeout`},
+		{snapshot{err: errors.New("fence: dial tcp 127.0.0.1:6379: i/o timeout"), at: now}, 0,
+			`fence: waiting 1m15s for "k": held; cannot tell by whom: dial tcp 127.0.0.1:6379: i/o timeout`},
 	} {
 		v.last, v.limit = c.s, c.limit
 		if got := v.line(now); got != c.want {

@@ -6,6 +6,8 @@
 //	          [--json] -- CMD ARGS...
 //	fence status [--store URL] --key K [--json]
 //	fence list [--store URL] [--prefix P] [--watch [--interval 1s]] [--json]
+//	fence help | --help | -h
+//	fence --version
 //
 // The default store is a per-user directory of lock files
 // ($XDG_STATE_HOME/fence, else ~/.local/state/fence); --store or the
@@ -18,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -55,15 +58,18 @@ Usage:
   fence list [--store URL] [--prefix P] [--watch [--interval 1s]] [--json]
       Show every held key (starting with P); with --watch, keep showing
       them, refreshed every --interval, until interrupted.
-  fence help
-      Show this help.
+  fence help (or --help, -h)
+      Show this help. "fence CMD -h" shows CMD's flags.
+  fence --version
+      Show fence's version.
 
 Store (--store, else $FENCE_STORE, else the per-user default):
-  file:///path/to/dir   lock files in a directory, same host only;
-                        a plain path works too. Default:
+  file:///path/to/dir   lock files in a directory, same host only; a path
+                        starting with /, ./, ../ or ~/ works too. Default:
                         $XDG_STATE_HOME/fence, else ~/.local/state/fence
   %s
-  Credentials in URLs are never printed.
+  Anything else is an error, never another store. Credentials in URLs
+  (passwords, tokens, keys, signatures) are never printed.
 
 Exit status:
   fence run     CMD's own status (128+N if CMD died of signal N)
@@ -72,13 +78,15 @@ Exit status:
   2             usage error (missing --key or command, bad duration or URL)
   3             status: the key is free
   75            run: the key is held (--no-wait, or --wait ran out)
-  76            run: the lease was lost; CMD was sent SIGTERM, then SIGKILL
+  76            run: the lease was lost, while CMD ran (CMD was sent SIGTERM,
+                then SIGKILL) or found when releasing it
   126, 127      run: CMD could not be executed, or was not found
   128+N         run: fence got signal N while waiting for the key
 
 With --json, "run" writes its own messages as JSON lines on stderr;
 "status" and "list" write JSON on stdout ("list --watch": one object per
-line, per refresh), and errors as a JSON object on stderr. See
+line, per refresh); every error, of the command line too, is a JSON
+object on stderr. See
 docs/cli.md; for metrics, alerts and reading the output, docs/operating.md.
 `
 
@@ -107,7 +115,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "run":
-		return cmdRun(args[1:], stderr)
+		return cmdRun(args[1:], stdout, stderr)
 	case "status":
 		return cmdStatus(args[1:], stdout, stderr)
 	case "list":
@@ -115,16 +123,29 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		printUsage(stdout)
 		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "fence %s\n", version(debug.ReadBuildInfo()))
+		return exitOK
 	default:
 		fmt.Fprintf(stderr, "fence: unknown command %q; run \"fence help\"\n", args[0])
 		return exitUsage
 	}
 }
 
+// version returns the fence module's version as the build recorded it
+// ("v1.2.3" for go install ...@v1.2.3), "(devel)" otherwise.
+func version(info *debug.BuildInfo, ok bool) string {
+	if !ok || info.Main.Version == "" {
+		return "(devel)"
+	}
+	return info.Main.Version
+}
+
 // usageError is a bad command line: fence prints it and exits 2.
 type usageError struct {
-	msg string
-	err error // what it wraps, if anything
+	msg  string
+	err  error  // what it wraps, if anything
+	hint string // what to do about it, if fence can tell
 }
 
 func (e *usageError) Error() string { return e.msg }
@@ -148,27 +169,56 @@ func newFlags(name string) (*flag.FlagSet, *string, *bool) {
 }
 
 // parseFlags parses args into fs. With -h it prints the usage (synopsis
-// and flags) and returns exitOK; after a mistake it says what was wrong,
-// briefly, and returns exitUsage. ok is true when the command should go
-// on.
-func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stderr io.Writer) (code int, ok bool) {
+// and flags) on stdout and returns flag.ErrHelp; after a mistake it
+// returns a usage error saying briefly what was wrong.
+func parseFlags(fs *flag.FlagSet, synopsis string, args []string, stdout io.Writer) error {
 	err := fs.Parse(args)
 	switch {
 	case err == nil:
-		return exitOK, true
+		return nil
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(stderr, "usage: %s\n", synopsis)
-		fs.SetOutput(stderr)
+		fmt.Fprintf(stdout, "usage: %s\n", synopsis)
+		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
-		return exitOK, false
+		return err
 	}
 	msg := err.Error()
 	if rest, found := strings.CutPrefix(msg, "flag provided but not defined: "); found {
 		msg = "unknown flag " + rest + " (flag provided but not defined)"
 	}
-	fmt.Fprintf(stderr, "fence %s: %s\n  usage: %s\n  \"fence %s -h\" lists the flags\n", fs.Name(), msg, synopsis, fs.Name())
-	return exitUsage, false
+	return &usageError{msg: fs.Name() + ": " + msg, err: err,
+		hint: fmt.Sprintf("usage: %s\n\"fence %s -h\" lists the flags", synopsis, fs.Name())}
+}
+
+// wantsJSON reports whether args, which fs failed to parse or has not
+// parsed yet, ask for --json: errors of the command line are then JSON
+// too. It reads the flags as fs would, up to "--" or the first argument,
+// going past flags fs does not know.
+func wantsJSON(fs *flag.FlagSet, args []string) bool {
+	on := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			if name == "json" {
+				v, err := strconv.ParseBool(value)
+				on = !hasValue || err == nil && v
+			}
+			continue
+		}
+		if !hasValue {
+			i++ // the flag's value
+		}
+	}
+	return on
 }
 
 // durationFlag defines a duration flag whose errors say what a duration

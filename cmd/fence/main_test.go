@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,7 +66,9 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(fenceBin, args...)
-	cmd.Env = append(os.Environ(), "FENCE_STORE="+e.store, "HOME="+e.home, "XDG_STATE_HOME=")
+	cmd.Env = append(os.Environ(), "FENCE_STORE="+e.store, "HOME="+e.home, "XDG_STATE_HOME=",
+		// The machine's own Azure settings stay out.
+		"AZURE_STORAGE_CONNECTION_STRING=", "AZURE_STORAGE_KEY=", "AZURE_STORAGE_SAS_TOKEN=")
 	return cmd
 }
 
@@ -306,7 +309,7 @@ func TestStatusAndList(t *testing.T) {
 	if r.code != 3 || strings.TrimSpace(r.stdout) != `{"key":"k","held":false}` {
 		t.Errorf("status of a free key: exit %d, %q", r.code, r.stdout)
 	}
-	if r := e.run("status", "--key", "k"); r.code != 3 || r.stdout != "k: free\n" {
+	if r := e.run("status", "--key", "k"); r.code != 3 || r.stdout != "\"k\": free\n" {
 		t.Errorf("status of a free key: exit %d, %q", r.code, r.stdout)
 	}
 	h, started := e.start("run", "--json", "--key", "k", "--", "sleep", "30")
@@ -363,6 +366,75 @@ func TestLostLeaseStopsCommand(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(out); string(data) != "got-term\n" {
 		t.Errorf("CMD did not get SIGTERM (wrote %q)", data)
+	}
+}
+
+// A lease lost where only the release finds it out (the lock file
+// deleted while CMD runs; the next renewal is 20s away) ends in exit 76,
+// not in CMD's status: CMD's work may have overlapped another holder's.
+func TestLossFoundAtReleaseExits76(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		e := newEnv(t)
+		dir := t.TempDir()
+		ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+		args := []string{"run", "--ttl", "60s", "--key", "k", "--", "sh", "-c",
+			`echo ready > ` + ready + `; while [ ! -e ` + goOn + ` ]; do sleep 0.05; done`}
+		if asJSON {
+			args = slices.Insert(args, 1, "--json")
+		}
+		done := make(chan result, 1)
+		go func() { done <- e.run(args...) }()
+		waitReady(t, ready)
+		s, err := fencefile.New(e.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(s.Path("k")); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(goOn, nil, 0o600)
+		r := <-done
+		if r.code != 76 {
+			t.Errorf("json %v: fence exited %d, want 76; it said:\n%s", asJSON, r.code, r.stderr)
+		}
+		if !asJSON {
+			if !strings.Contains(r.stderr, "lost") || !strings.Contains(r.stderr, "found when releasing it") {
+				t.Errorf("the loss is not reported clearly:\n%s", r.stderr)
+			}
+			continue
+		}
+		var events []string
+		var lost map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+			var ev map[string]any
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("not a JSON line: %q", line)
+			}
+			events = append(events, ev["event"].(string))
+			if ev["event"] == "lost" {
+				lost = ev
+			}
+		}
+		if !slices.Equal(events, []string{"acquired", "started", "exited", "lost"}) || lost["reason"] != "refused" {
+			t.Errorf("events %v, lost event %v; want acquired, started, exited, lost (refused)", events, lost)
+		}
+	}
+}
+
+// A lease lost during --hold-at-least, after CMD succeeded, ends in 76.
+func TestLossDuringHoldExits76(t *testing.T) {
+	e := newEnv(t)
+	h := e.background("run", "--json", "--ttl", "3s", "--hold-at-least", "60s", "--key", "k", "--", "true")
+	h.expect(t, "holding")
+	s, _ := fencefile.New(e.store)
+	if err := s.Break("k"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := h.expect(t, "lost"); ev["reason"] != "refused" || !strings.Contains(ev["message"].(string), "--hold-at-least") {
+		t.Errorf("lost event %v", ev)
+	}
+	if code := h.wait(t); code != 76 {
+		t.Errorf("fence exited %d, want 76; it said:\n%s", code, h.stderr)
 	}
 }
 
@@ -467,9 +539,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--key", "k", "--ttl", "1ms", "--", "true"}, "ttl"},
 		{[]string{"run", "--key", "k", "--wait", "1s", "--no-wait", "--", "true"}, "exclude"},
 		{[]string{"run", "--key", "k", "--bogus", "--", "true"}, "not defined"},
-		{[]string{"run", "--store", "bogus://x", "--key", "k", "--", "true"}, "file:///path/to/dir"},
+		{[]string{"run", "--store", "bogus://x", "--key", "k", "--", "true"}, "file:///dir"},
 		{[]string{"status"}, "--key is required"},
-		{[]string{"status", "--store", "file://elsewhere/x", "--key", "k"}, "accepted forms"},
+		{[]string{"status", "--store", "file://elsewhere/x", "--key", "k"}, "this host only"},
 		{[]string{"list", "extra"}, "unexpected"},
 	} {
 		r := e.run(c.args...)

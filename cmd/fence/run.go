@@ -57,10 +57,12 @@ type runFlags struct {
 
 const runSynopsis = "fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait] [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT] [--json] -- CMD ARGS..."
 
-// parseRun parses the command line of "fence run". ok is false when
-// fence should exit with code: after -h, or a mistake it has reported.
-func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
-	fs, store, jsonOut := newFlags("run")
+// parseRun parses the command line of "fence run". After -h it returns
+// flag.ErrHelp, the usage printed on stdout; after a mistake, the error
+// to report. jsonOut says whether the command line asks for --json, even
+// when it has a mistake.
+func parseRun(args []string, stdout io.Writer) (f runFlags, jsonOut bool, err error) {
+	fs, store, jsonFlag := newFlags("run")
 	fs.StringVar(&f.key, "key", "", "the lock's key (required)")
 	durationFlag(fs, &f.ttl, "ttl", 60*time.Second, "lease TTL (a `duration`); fence renews the lease every TTL/3 while CMD runs")
 	durationFlag(fs, &f.wait, "wait", 0, "wait at most this `duration` for a held key, then exit 75 (default: wait until it is free)")
@@ -68,13 +70,13 @@ func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
 	durationFlag(fs, &f.hold, "hold-at-least", 0, "keep the key after CMD ends until this `duration` after it was acquired")
 	durationFlag(fs, &f.grace, "grace", 10*time.Second, "when the lease is lost, `duration` between SIGTERM and SIGKILL to CMD")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics while fence runs")
-	if code, ok := parseFlags(fs, runSynopsis, args, stderr); !ok {
-		return f, code, false
+	jsonOut = wantsJSON(fs, args)
+	if err := parseFlags(fs, runSynopsis, args, stdout); err != nil {
+		return f, jsonOut, err
 	}
-	f.store, f.json, f.argv = *store, *jsonOut, fs.Args()
+	f.store, f.json, f.argv = *store, *jsonFlag, fs.Args()
 	waitSet := false
 	fs.Visit(func(fl *flag.Flag) { waitSet, f.ttlSet = waitSet || fl.Name == "wait", f.ttlSet || fl.Name == "ttl" })
-	var err error
 	switch {
 	case f.key == "":
 		err = usagef("run: --key is required; usage: %s", runSynopsis)
@@ -94,16 +96,17 @@ func parseRun(args []string, stderr io.Writer) (f runFlags, code int, ok bool) {
 	if err == nil {
 		err = fence.ValidateKey(f.key)
 	}
-	if err != nil {
-		return f, exitFor(stderr, err), false
-	}
-	return f, exitOK, true
+	return f, f.json, err
 }
 
-func cmdRun(args []string, stderr io.Writer) int {
-	f, code, ok := parseRun(args, stderr)
-	if !ok {
-		return code
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	f, jsonOut, err := parseRun(args, stdout)
+	ev := &events{w: stderr, json: jsonOut, key: f.key}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		return ev.fail(err)
 	}
 
 	// From here on, signals are ours to handle: they end a wait, or go to
@@ -113,7 +116,6 @@ func cmdRun(args []string, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
-	ev := &events{w: stderr, json: f.json, key: f.key}
 	opts := []fence.Option{fence.WithLogger(slog.New(&logHandler{ev: ev}))}
 	if f.metricsAddr != "" {
 		m, err := serveMetrics(f.metricsAddr)
@@ -219,7 +221,7 @@ func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int 
 		close(exited)
 	}()
 	if err := <-started; err != nil {
-		release(l, ev)
+		_ = release(l, ev) // a loss harms nothing here: CMD never ran
 		msg := fmt.Sprintf("cannot run %s: %v", f.argv[0], err)
 		ev.emit(event{Event: "error", Error: err.Error(), Message: msg}, true)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -260,8 +262,17 @@ func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int 
 				_ = l.Release(context.Background())
 				return exitLost
 			}
-			holdAtLeast(l, f, ev, sigs)
-			release(l, ev)
+			// The lease may be lost still: found during --hold-at-least,
+			// or only now, by the release. The work CMD did may then have
+			// overlapped another holder's, whatever CMD's own status.
+			during := "when releasing it"
+			if holdAtLeast(l, f, ev, sigs) {
+				during = "during --hold-at-least"
+			}
+			if err := release(l, ev); errors.Is(err, fence.ErrLost) {
+				reportLostAfter(l, f, pid, code, during, err, ev)
+				return exitLost
+			}
 			return code
 		case s := <-sigs:
 			if !ownGroup && s == syscall.SIGINT {
@@ -299,11 +310,12 @@ func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int 
 }
 
 // holdAtLeast keeps the lease until --hold-at-least has passed since it
-// was acquired, unless it is lost or a stopping signal comes first.
-func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) {
+// was acquired, unless it is lost or a stopping signal comes first. It
+// reports whether the lease was lost meanwhile.
+func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) (lost bool) {
 	d := time.Until(l.AcquiredAt().Add(f.hold))
 	if d <= 0 {
-		return
+		return false
 	}
 	ev.emit(event{Event: "holding", Token: l.Token(),
 		Message: fmt.Sprintf("holding %q for %s more (--hold-at-least %v)", f.key, roundDur(d), f.hold)}, false)
@@ -312,26 +324,45 @@ func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) 
 	for {
 		select {
 		case <-t.C:
-			return
+			return false
 		case <-l.Done():
-			return
+			return errors.Is(l.Err(), fence.ErrLost)
 		case s := <-sigs:
 			if stops(s) {
-				return
+				return false
 			}
 		}
 	}
 }
 
-func release(l *fence.Lease, ev *events) {
+// release releases l and says so; it returns the error of the release,
+// which matches fence.ErrLost if the lease turned out to be lost (the
+// caller reports that).
+func release(l *fence.Lease, ev *events) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := l.Release(ctx); err != nil {
+	err := l.Release(ctx)
+	switch {
+	case err == nil:
+		ev.emit(event{Event: "released", Token: l.Token(), Message: fmt.Sprintf("released %q", l.Key())}, false)
+	case !errors.Is(err, fence.ErrLost):
 		ev.emit(event{Event: "release_failed", Token: l.Token(), Error: err.Error(),
 			Message: "release: " + trimFence(err.Error())}, true)
-		return
 	}
-	ev.emit(event{Event: "released", Token: l.Token(), Message: fmt.Sprintf("released %q", l.Key())}, false)
+	return err
+}
+
+// reportLostAfter reports a lease found lost after CMD ended, with status
+// code: during --hold-at-least, or by the release.
+func reportLostAfter(l *fence.Lease, f runFlags, pid, code int, during string, err error, ev *events) {
+	e := event{Event: "lost", Token: l.Token(), PID: pid, Error: err.Error(),
+		Message: fmt.Sprintf("%v; found %s, after %s (pid %d) exited with status %d: its work may have overlapped another holder's",
+			trimFence(err.Error()), during, f.argv[0], pid, code)}
+	var le *fence.LostError
+	if errors.As(err, &le) {
+		e.Reason = string(le.Reason)
+	}
+	ev.emit(e, true)
 }
 
 // exitCode returns CMD's exit status, or 128+N if signal N killed it.

@@ -20,19 +20,24 @@ const statusSynopsis = "fence status [--store URL] --key K [--json]"
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs, store, jsonOut := newFlags("status")
 	key := fs.String("key", "", "the lock's key (required)")
-	if code, ok := parseFlags(fs, statusSynopsis, args, stderr); !ok {
-		return code
-	}
+	ev := &events{w: stderr, json: wantsJSON(fs, args)}
+	err := parseFlags(fs, statusSynopsis, args, stdout)
+	ev.key = *key
 	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
 	case *key == "":
-		return exitFor(stderr, usagef("status: --key is required; usage: %s", statusSynopsis))
+		err = usagef("status: --key is required; usage: %s", statusSynopsis)
 	case fs.NArg() > 0:
-		return exitFor(stderr, usagef("status: unexpected arguments %q; usage: %s", fs.Args(), statusSynopsis))
+		err = usagef("status: unexpected arguments %q; usage: %s", fs.Args(), statusSynopsis)
+	default:
+		err = fence.ValidateKey(*key)
 	}
-	if err := fence.ValidateKey(*key); err != nil {
-		return exitFor(stderr, err)
+	if err != nil {
+		return ev.fail(err)
 	}
-	ev := &events{w: stderr, json: *jsonOut, key: *key}
+	ev.json = *jsonOut
 	ctx := context.Background()
 	st, err := openStore(ctx, *store)
 	if err != nil {
@@ -52,7 +57,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 				Held bool   `json:"held"`
 			}{*key, false})
 		} else {
-			fmt.Fprintf(stdout, "%s: free\n", *key)
+			fmt.Fprintf(stdout, "%q: free\n", *key)
 		}
 		return exitFree
 	case err != nil:
@@ -68,7 +73,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if j.Waiters != nil {
 		waiting = fmt.Sprintf(", %d waiting", *j.Waiters)
 	}
-	fmt.Fprintf(stdout, "%s: held by %s%s\n", *key, describe(h, now), waiting)
+	fmt.Fprintf(stdout, "%q: held by %s%s\n", *key, describe(h, now), waiting)
 	return exitOK
 }
 
@@ -81,20 +86,25 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 	watch := fs.Bool("watch", false, "show the keys live, refreshed every --interval, until interrupted")
 	var interval time.Duration
 	durationFlag(fs, &interval, "interval", time.Second, "with --watch, refresh every `duration`")
-	if code, ok := parseFlags(fs, listSynopsis, args, stderr); !ok {
-		return code
-	}
+	ev := &events{w: stderr, json: wantsJSON(fs, args)}
+	err := parseFlags(fs, listSynopsis, args, stdout)
 	intervalSet := false
 	fs.Visit(func(f *flag.Flag) { intervalSet = intervalSet || f.Name == "interval" })
 	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
 	case fs.NArg() > 0:
-		return exitFor(stderr, usagef("list: unexpected arguments %q; usage: %s", fs.Args(), listSynopsis))
+		err = usagef("list: unexpected arguments %q; usage: %s", fs.Args(), listSynopsis)
 	case intervalSet && !*watch:
-		return exitFor(stderr, usagef("list: --interval goes with --watch"))
+		err = usagef("list: --interval goes with --watch")
 	case interval < minInterval:
-		return exitFor(stderr, usagef("list: --interval %v is too short: at least %v", interval, minInterval))
+		err = usagef("list: --interval %v is too short: at least %v", interval, minInterval)
 	}
-	ev := &events{w: stderr, json: *jsonOut}
+	if err != nil {
+		return ev.fail(err)
+	}
+	ev.json = *jsonOut
 	ctx := context.Background()
 	st, err := openStore(ctx, *store)
 	if err != nil {

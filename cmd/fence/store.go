@@ -44,10 +44,11 @@ func openStore(ctx context.Context, flagValue string, opts ...fence.Option) (*st
 	drv, closer, err := openWithin(ctx, raw, storeTimeout)
 	if err != nil {
 		if errors.Is(err, storeurl.ErrBadURL) {
-			return nil, &usageError{msg: storeurl.Scrub(raw, err.Error()), err: err}
+			return nil, &usageError{msg: err.Error(), err: err}
 		}
-		// storeurl.Open's message names the store already.
-		return nil, &storeError{err: err, text: storeurl.Scrub(raw, err.Error()), host: s.host(), open: true}
+		// storeurl.Open's message names the store already, and shows no
+		// credential.
+		return nil, &storeError{err: err, text: err.Error(), host: s.host(), open: true}
 	}
 	s.client = fence.New(drv, opts...)
 	s.closer = closer
@@ -91,8 +92,10 @@ func openWithin(ctx context.Context, raw string, d time.Duration) (fence.Driver,
 }
 
 // wrap turns an error of a call to the store into one that names the
-// store and shows none of its credentials. Errors that are the caller's
-// own (bad input, a held key, a lost lease) pass unchanged.
+// store, its credentials hidden. Errors that are the caller's own (bad
+// input, a held key, a lost lease) pass unchanged. The driver's own text
+// is shown as it is: no driver's error repeats a credential (the tests
+// of each store check it).
 func (s *store) wrap(err error) error {
 	var held *fence.HeldError
 	var lost *fence.LostError
@@ -100,11 +103,11 @@ func (s *store) wrap(err error) error {
 		errors.Is(err, fence.ErrInvalidKey) || errors.Is(err, fence.ErrInvalidTTL) || errors.Is(err, fence.ErrInvalidOption) {
 		return err
 	}
-	return &storeError{err: err, text: "store " + s.url + ": " + storeurl.Scrub(s.raw, trimFence(err.Error())), host: s.host()}
+	return &storeError{err: err, text: "store " + s.url + ": " + trimFence(err.Error()), host: s.host()}
 }
 
 // host returns the host part of the store URL ("h1:2379,h2:2379"), "" for
-// stores on this machine.
+// stores on this machine. The user info is not part of it.
 func (s *store) host() string {
 	u, err := storeurl.Parse(s.raw)
 	if err != nil || u.Scheme == "file" {

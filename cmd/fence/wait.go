@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/storeurl"
 )
 
 // How often a waiting fence asks the store who holds the key, and how
@@ -112,7 +111,7 @@ func (v *waitView) line(now time.Time) string {
 	case errors.Is(s.err, fence.ErrUnsupported):
 		return head + "held (this store cannot tell by whom)"
 	case s.err != nil:
-		return head + "held; cannot tell by whom: " + storeurl.Scrub(v.st.raw, trimFence(s.err.Error()))
+		return head + "held; cannot tell by whom: " + trimFence(s.err.Error())
 	}
 	return head + "held"
 }

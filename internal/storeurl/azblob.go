@@ -18,10 +18,16 @@ import (
 )
 
 func init() {
-	Register("azblob", openAzblob,
-		"azblob://ACCOUNT.blob.core.windows.net/CONTAINER[?SAS]",
-		"azblob:///CONTAINER (with AZURE_STORAGE_CONNECTION_STRING)")
-	Register("azblob+http", openAzblob, "azblob+http://HOST:PORT/ACCOUNT/CONTAINER (an emulator such as Azurite)")
+	// The account key is the password of the user info; of a SAS token,
+	// the signature is the secret (its other fields say what it allows,
+	// and until when).
+	register("azblob", scheme{open: openAzblob, hostOptional: true, credentials: []string{"sig"},
+		forms: []string{
+			"azblob://ACCOUNT.blob.core.windows.net/CONTAINER[?SAS]",
+			"azblob:///CONTAINER (with AZURE_STORAGE_CONNECTION_STRING)",
+		}})
+	register("azblob+http", scheme{open: openAzblob, credentials: []string{"sig"},
+		forms: []string{"azblob+http://HOST:PORT/ACCOUNT/CONTAINER (an emulator such as Azurite)"}})
 }
 
 // Environment variables the azblob URLs take credentials from, named as
@@ -51,22 +57,18 @@ const (
 // $AZURE_STORAGE_SAS_TOKEN, and for the emulators' account
 // devstoreaccount1 its published key.
 func openAzblob(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
-	raw := u.String()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	opts := fenceazblob.ClientOptions()
 	opts.Transport = &http.Client{Transport: tr}
 	closer := idleCloser{tr}
 
 	if u.Scheme == "azblob" && u.Host == "" {
-		name := u.Opaque
-		if name == "" {
-			name = strings.Trim(u.Path, "/")
-		}
+		name := strings.Trim(u.Path, "/")
 		if u.User != nil || u.RawQuery != "" {
-			return nil, nil, badURL(raw, "azblob:///CONTAINER takes its account and credential from %s only", envAzureConnectionString)
+			return nil, nil, badURL(u, "azblob:///CONTAINER takes its account and credential from %s only", envAzureConnectionString)
 		}
 		if err := checkContainerName(name); err != nil {
-			return nil, nil, badURL(raw, "%v", err)
+			return nil, nil, badURL(u, "%v", err)
 		}
 		cs := os.Getenv(envAzureConnectionString)
 		if cs == "" {
@@ -84,9 +86,6 @@ func openAzblob(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) 
 	if u.Scheme == "azblob+http" {
 		scheme = "http"
 	}
-	if u.Host == "" {
-		return nil, nil, badURL(raw, "no host")
-	}
 	segs := strings.Split(strings.Trim(u.Path, "/"), "/")
 	var account, name string
 	switch len(segs) {
@@ -96,15 +95,15 @@ func openAzblob(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) 
 		if i := strings.IndexByte(host, '.'); i > 0 && net.ParseIP(host) == nil {
 			account = host[:i]
 		} else {
-			return nil, nil, badURL(raw, "name the account in the path: %s://%s/ACCOUNT/CONTAINER", u.Scheme, u.Host)
+			return nil, nil, badURL(u, "name the account in the path: %s://%s/ACCOUNT/CONTAINER", u.Scheme, u.Host)
 		}
 	case 2: // path-style, as emulators and custom endpoints take it
 		account, name = segs[0], segs[1]
 	default:
-		return nil, nil, badURL(raw, "want a container: %s://HOST/CONTAINER or %s://HOST/ACCOUNT/CONTAINER", u.Scheme, u.Scheme)
+		return nil, nil, badURL(u, "want a container: %s://HOST/CONTAINER or %s://HOST/ACCOUNT/CONTAINER", u.Scheme, u.Scheme)
 	}
 	if err := checkContainerName(name); err != nil {
-		return nil, nil, badURL(raw, "%v", err)
+		return nil, nil, badURL(u, "%v", err)
 	}
 	endpoint := scheme + "://" + u.Host + "/"
 	if len(segs) == 2 {
@@ -116,19 +115,19 @@ func openAzblob(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) 
 	if u.User != nil {
 		p, ok := u.User.Password()
 		if !ok || p == "" {
-			return nil, nil, badURL(raw, "user info must be ACCOUNT:KEY")
+			return nil, nil, badURL(u, "user info must be ACCOUNT:KEY")
 		}
 		if user := u.User.Username(); user != "" && user != account {
-			return nil, nil, badURL(raw, "the key is for account %q, the URL names account %q", user, account)
+			return nil, nil, badURL(u, "the key is for account %q, the URL names account %q", user, account)
 		}
 		key = p
 	}
 	if u.RawQuery != "" {
 		if key != "" {
-			return nil, nil, badURL(raw, "give a key or a SAS token, not both")
+			return nil, nil, badURL(u, "give a key or a SAS token, not both")
 		}
 		if !u.Query().Has("sig") {
-			return nil, nil, badURL(raw, "the query must be a SAS token (sv=...&sig=...)")
+			return nil, nil, badURL(u, "the query must be a SAS token (sv=...&sig=...)")
 		}
 		sas = u.RawQuery
 	}

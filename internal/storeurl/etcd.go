@@ -26,13 +26,12 @@ func init() {
 // cluster's client endpoints (plain HTTP, port 2379 by default; give every
 // host a port or none) and the key prefix of the locks (default "fence").
 func openEtcd(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
-	raw := u.String()
 	if u.RawQuery != "" {
-		return nil, nil, badURL(raw, "an etcd URL takes no parameters")
+		return nil, nil, badURL(u, "an etcd URL takes no parameters")
 	}
 	hosts, err := hostList(u, "2379")
 	if err != nil {
-		return nil, nil, badURL(raw, "%v", err)
+		return nil, nil, badURL(u, "%v", err)
 	}
 	cfg := clientv3.Config{DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
 	for _, h := range hosts {

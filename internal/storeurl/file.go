@@ -13,22 +13,22 @@ import (
 )
 
 func init() {
-	Register("file", openFile, "file:///path/to/dir", "a plain directory path")
+	register("file", scheme{open: openFile, local: true,
+		forms: []string{"file:///path/to/dir", "a directory path: /abs/dir, ./rel/dir, ../dir, ~/dir"}})
 }
 
 // openFile opens file:///abs/dir (or file://localhost/abs/dir), the URL
 // Parse makes of a plain path.
 func openFile(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
-	raw := u.String()
 	switch {
 	case u.Opaque != "":
-		return nil, nil, badURL(raw, "a file URL needs an absolute path: file:///path/to/dir")
+		return nil, nil, badURL(u, "a file URL needs an absolute path: file:///path/to/dir")
 	case u.Host != "" && u.Host != "localhost":
-		return nil, nil, badURL(raw, "a file store is on this host only; host %q not allowed", u.Host)
+		return nil, nil, badURL(u, "a file store is on this host only; host %q not allowed", u.Host)
 	case u.Path == "" || !filepath.IsAbs(u.Path):
-		return nil, nil, badURL(raw, "a file URL needs an absolute path: file:///path/to/dir")
+		return nil, nil, badURL(u, "a file URL needs an absolute path: file:///path/to/dir")
 	case u.RawQuery != "":
-		return nil, nil, badURL(raw, "a file URL takes no parameters")
+		return nil, nil, badURL(u, "a file URL takes no parameters")
 	}
 	s, err := fencefile.New(u.Path)
 	if err != nil {

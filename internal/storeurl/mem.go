@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	Register("mem", openMem, "mem: (in this process only, for tests)")
+	register("mem", scheme{open: openMem, local: true, forms: []string{"mem: (in this process only, for tests)"}})
 }
 
 var (
@@ -28,7 +28,7 @@ func openMem(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
 		name = u.Host + strings.TrimPrefix(u.Path, "/")
 	}
 	if u.RawQuery != "" {
-		return nil, nil, badURL(u.String(), "a mem URL takes no parameters")
+		return nil, nil, badURL(u, "a mem URL takes no parameters")
 	}
 	memMu.Lock()
 	defer memMu.Unlock()

@@ -15,9 +15,10 @@ import (
 )
 
 func init() {
-	Register("mysql", openMySQL,
+	register("mysql", scheme{open: openMySQL, hostOptional: true, forms: []string{
 		"mysql://user:pass@host:3306/db (MySQL 8, MariaDB)",
-		"mysql://user@/db?socket=/run/mysqld/mysqld.sock")
+		"mysql://user@/db?socket=/run/mysqld/mysqld.sock",
+	}})
 }
 
 // openMySQL opens mysql:// URLs with go-sql-driver/mysql: the host (port
@@ -30,8 +31,12 @@ func init() {
 //
 // Every other parameter is the driver's (tls, timeout, ...).
 func openMySQL(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
-	raw := u.String()
 	q := u.Query()
+	if q.Has("password") {
+		// The driver would send it to the server as "SET password=...",
+		// which changes the user's password.
+		return nil, nil, badURL(u, "give the password in the user info (mysql://user:password@host/db), not as password=")
+	}
 	var opts []fencemysql.Option
 	if t := q.Get("table"); t != "" {
 		opts = append(opts, fencemysql.WithTable(t))
@@ -44,7 +49,7 @@ func openMySQL(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error)
 		opts = append(opts, fencemysql.WithAutoSetup())
 	case "off":
 	default:
-		return nil, nil, badURL(raw, "setup=%q: want auto or off", s)
+		return nil, nil, badURL(u, "setup=%q: want auto or off", s)
 	}
 	cfg := mysql.NewConfig()
 	if u.User != nil {
@@ -53,15 +58,15 @@ func openMySQL(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error)
 	}
 	cfg.DBName = strings.TrimPrefix(u.Path, "/")
 	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
-		return nil, nil, badURL(raw, "name one database in the path: mysql://user@host/db")
+		return nil, nil, badURL(u, "name one database in the path: mysql://user@host/db")
 	}
 	switch sock := q.Get("socket"); {
 	case sock != "" && u.Host != "":
-		return nil, nil, badURL(raw, "give a host or ?socket=, not both")
+		return nil, nil, badURL(u, "give a host or ?socket=, not both")
 	case sock != "":
 		cfg.Net, cfg.Addr = "unix", sock
 	case u.Host == "":
-		return nil, nil, badURL(raw, "no host: mysql://user@host/db, or mysql://user@/db?socket=PATH")
+		return nil, nil, badURL(u, "no host: mysql://user@host/db, or mysql://user@/db?socket=PATH")
 	default:
 		cfg.Net, cfg.Addr = "tcp", u.Host
 		if u.Port() == "" {
@@ -72,22 +77,26 @@ func openMySQL(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error)
 		q.Del(p)
 	}
 	if len(q) > 0 {
-		// Let the driver parse its own parameters.
+		// Let the driver parse its own parameters, from a DSN without the
+		// password: its errors may quote the DSN.
+		passwd := cfg.Passwd
+		cfg.Passwd = ""
 		parsed, err := mysql.ParseDSN(cfg.FormatDSN() + "?" + q.Encode())
 		if err != nil {
-			return nil, nil, badURL(raw, "%v", err)
+			return nil, nil, badURL(u, "%v", err)
 		}
 		cfg = parsed
+		cfg.Passwd = passwd
 	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return nil, nil, badURL(raw, "%v", err)
+		return nil, nil, badURL(u, "%v", err)
 	}
 	db := sql.OpenDB(connector)
 	d, err := fencemysql.New(db, opts...)
 	if err != nil {
 		db.Close()
-		return nil, nil, badURL(raw, "%v", err)
+		return nil, nil, badURL(u, "%v", err)
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()

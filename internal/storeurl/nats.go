@@ -11,27 +11,28 @@ import (
 )
 
 func init() {
-	Register("nats", openNATS, "nats://host:4222/bucket")
+	// nats.go takes a user info without a password as a token.
+	register("nats", scheme{open: openNATS, userIsSecret: true, credentials: []string{"token"},
+		forms: []string{"nats://host:4222/bucket"}})
 }
 
 // openNATS opens nats://[user:password@|token@]h1[:4222],h2,.../bucket: the
 // servers (port 4222 by default; give every host a port or none) and the
 // JetStream KV bucket (default "fence"), created if missing.
 func openNATS(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
-	raw := u.String()
 	if u.RawQuery != "" {
-		return nil, nil, badURL(raw, "a nats URL takes no parameters")
+		return nil, nil, badURL(u, "a nats URL takes no parameters")
 	}
 	hosts, err := hostList(u, "4222")
 	if err != nil {
-		return nil, nil, badURL(raw, "%v", err)
+		return nil, nil, badURL(u, "%v", err)
 	}
 	bucket := strings.Trim(u.Path, "/")
 	if bucket == "" {
 		bucket = fencenats.DefaultBucket
 	}
 	if strings.ContainsAny(bucket, "/. ") {
-		return nil, nil, badURL(raw, "bucket %q: a bucket name has letters, digits, - and _ only", bucket)
+		return nil, nil, badURL(u, "bucket %q: a bucket name has letters, digits, - and _ only", bucket)
 	}
 	servers := make([]string, len(hosts))
 	for i, h := range hosts {

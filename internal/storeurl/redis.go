@@ -39,13 +39,18 @@ import (
 // other Redis URL); the Sentinels' own, if they require one, are the
 // sentinel_username and sentinel_password options.
 func init() {
-	Register("redis", openRedis, "redis://[user:password@]host:6379[/db][?prefix=fence:]")
-	Register("rediss", openRedis, "rediss://[user:password@]host:6380[/db] (TLS)")
-	Register("redis+cluster", openRedisCluster, "redis+cluster://[user:password@]host1:6379,host2:6379")
-	Register("rediss+cluster", openRedisCluster, "rediss+cluster://[user:password@]host1:6380,host2:6380 (TLS)")
-	Register("redlock", openRedlock, "redlock://[user:password@]host1:6379,host2:6379,host3:6379")
-	Register("redis+sentinel", openRedisSentinel, "redis+sentinel://[user:password@]sentinel1:26379,sentinel2:26379/mastername[/db]")
-	Register("rediss+sentinel", openRedisSentinel, "rediss+sentinel://[user:password@]sentinel1:26379,sentinel2:26379/mastername (TLS)")
+	reg := func(name string, open OpenFunc, form string, credentials ...string) {
+		register(name, scheme{open: open, forms: []string{form}, credentials: credentials})
+	}
+	reg("redis", openRedis, "redis://[user:password@]host:6379[/db][?prefix=fence:]")
+	reg("rediss", openRedis, "rediss://[user:password@]host:6380[/db] (TLS)")
+	reg("redis+cluster", openRedisCluster, "redis+cluster://[user:password@]host1:6379,host2:6379")
+	reg("rediss+cluster", openRedisCluster, "rediss+cluster://[user:password@]host1:6380,host2:6380 (TLS)")
+	reg("redlock", openRedlock, "redlock://[user:password@]host1:6379,host2:6379,host3:6379")
+	reg("redis+sentinel", openRedisSentinel, "redis+sentinel://[user:password@]sentinel1:26379,sentinel2:26379/mastername[/db]",
+		"sentinel_password")
+	reg("rediss+sentinel", openRedisSentinel, "rediss+sentinel://[user:password@]sentinel1:26379,sentinel2:26379/mastername (TLS)",
+		"sentinel_password")
 	// The fence command reports store errors itself; go-redis's own log
 	// lines (a line per failed dial) would repeat them on its stderr.
 	redis.SetLogger(quietLogger{})
@@ -59,14 +64,11 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 // the driver options they give, and the URL that is left for go-redis with
 // scheme.
 func redisOptions(u *url.URL, scheme string) ([]fenceredis.Option, url.URL, error) {
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return nil, url.URL{}, badURL(u.String(), "malformed parameters: %v", err)
-	}
+	q, _ := url.ParseQuery(u.RawQuery) // Parse has checked it
 	var opts []fenceredis.Option
 	if p, ok := q["prefix"]; ok {
 		if strings.ContainsAny(p[len(p)-1], "{}") {
-			return nil, url.URL{}, badURL(u.String(), "prefix %q must not contain '{' or '}'", p[len(p)-1])
+			return nil, url.URL{}, badURL(u, "prefix %q must not contain '{' or '}'", p[len(p)-1])
 		}
 		opts = append(opts, fenceredis.WithPrefix(p[len(p)-1]))
 		delete(q, "prefix")
@@ -74,7 +76,7 @@ func redisOptions(u *url.URL, scheme string) ([]fenceredis.Option, url.URL, erro
 	if r, ok := q["token_retention"]; ok {
 		d, err := time.ParseDuration(r[len(r)-1])
 		if err != nil || d <= 0 {
-			return nil, url.URL{}, badURL(u.String(), "token_retention %q is not a positive duration", r[len(r)-1])
+			return nil, url.URL{}, badURL(u, "token_retention %q is not a positive duration", r[len(r)-1])
 		}
 		opts = append(opts, fenceredis.WithTokenRetention(d))
 		delete(q, "token_retention")
@@ -85,24 +87,14 @@ func redisOptions(u *url.URL, scheme string) ([]fenceredis.Option, url.URL, erro
 	return opts, rest, nil
 }
 
-// hosts splits a URL's comma-separated host list.
-func hosts(u *url.URL) ([]string, error) {
-	if u.Host == "" {
-		return nil, badURL(u.String(), "no host")
-	}
-	hs := strings.Split(u.Host, ",")
-	for _, h := range hs {
-		if h == "" {
-			return nil, badURL(u.String(), "empty host in the list")
-		}
-	}
-	return hs, nil
-}
+// hosts splits a URL's comma-separated host list (Parse has checked that
+// each names a host).
+func hosts(u *url.URL) []string { return strings.Split(u.Host, ",") }
 
 // goRedisError turns go-redis's complaint about a URL into ErrBadURL,
 // without the URL (it may hold a password).
 func goRedisError(u *url.URL, err error) error {
-	return badURL(u.String(), "%s", strings.TrimPrefix(err.Error(), "redis: "))
+	return badURL(u, "%s", strings.TrimPrefix(err.Error(), "redis: "))
 }
 
 func openRedis(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
@@ -116,7 +108,7 @@ func openRedis(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error)
 		return nil, nil, err
 	}
 	if strings.Contains(rest.Host, ",") {
-		return nil, nil, badURL(u.String(), "several hosts: use redis+cluster:// or redlock://")
+		return nil, nil, badURL(u, "several hosts: use redis+cluster:// or redlock://")
 	}
 	o, err := redis.ParseURL(rest.String())
 	if err != nil {
@@ -133,10 +125,7 @@ func openRedisCluster(ctx context.Context, u *url.URL) (fence.Driver, io.Closer,
 	if err != nil {
 		return nil, nil, err
 	}
-	hs, err := hosts(u)
-	if err != nil {
-		return nil, nil, err
-	}
+	hs := hosts(u)
 	// go-redis takes the first node as the host, the others as addr=.
 	q := rest.Query()
 	for _, h := range hs[1:] {
@@ -161,10 +150,7 @@ func openRedisSentinel(ctx context.Context, u *url.URL) (fence.Driver, io.Closer
 	if err != nil {
 		return nil, nil, err
 	}
-	hs, err := hosts(u)
-	if err != nil {
-		return nil, nil, err
-	}
+	hs := hosts(u)
 	for i, h := range hs {
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			hs[i] = net.JoinHostPort(h, sentinelPort)
@@ -172,19 +158,19 @@ func openRedisSentinel(ctx context.Context, u *url.URL) (fence.Driver, io.Closer
 	}
 	path := strings.Split(strings.Trim(u.Path, "/"), "/")
 	if path[0] == "" || len(path) > 2 {
-		return nil, nil, badURL(u.String(), "the path must name the master, as the Sentinels know it (/mastername or /mastername/db)")
+		return nil, nil, badURL(u, "the path must name the master, as the Sentinels know it (/mastername or /mastername/db)")
 	}
 	q := rest.Query()
 	for _, name := range []string{"master_name", "replica_only", "route_by_latency", "route_randomly"} {
 		if q.Has(name) {
-			return nil, nil, badURL(u.String(), "option %s is not taken: the path names the master, and every command goes to it", name)
+			return nil, nil, badURL(u, "option %s is not taken: the path names the master, and every command goes to it", name)
 		}
 	}
 	sentinelUser, sentinelPassword := q.Get("sentinel_username"), q.Get("sentinel_password")
 	q.Del("sentinel_username")
 	q.Del("sentinel_password")
 	if u.User != nil && (q.Has("username") || q.Has("password")) {
-		return nil, nil, badURL(u.String(), "credentials given twice: in the URL's user info and as username/password options")
+		return nil, nil, badURL(u, "credentials given twice: in the URL's user info and as username/password options")
 	}
 	q.Set("master_name", path[0])
 	for _, h := range hs[1:] {
@@ -237,10 +223,7 @@ func openRedlock(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	hs, err := hosts(u)
-	if err != nil {
-		return nil, nil, err
-	}
+	hs := hosts(u)
 	var clients []redis.UniversalClient
 	closeAll := func() error {
 		var errs []error

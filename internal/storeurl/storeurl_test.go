@@ -29,13 +29,16 @@ func TestOpenFile(t *testing.T) {
 	t.Chdir(dir)
 	t.Setenv("HOME", dir)
 	for raw, want := range map[string]string{
-		"file://" + dir + "/a":          dir + "/a",
-		"file://localhost" + dir + "/b": dir + "/b",
-		"FILE://" + dir + "/c":          dir + "/c",
-		dir + "/d":                      dir + "/d",
-		"./e":                           dir + "/e",
-		"f":                             dir + "/f",
-		"~/g":                           dir + "/g",
+		"file://" + dir + "/a":            dir + "/a",
+		"file://localhost" + dir + "/b":   dir + "/b",
+		"FILE://" + dir + "/c":            dir + "/c",
+		dir + "/d":                        dir + "/d",
+		"./e":                             dir + "/e",
+		"../" + filepath.Base(dir) + "/f": dir + "/f",
+		"~/g":                             dir + "/g",
+		".":                               dir,
+		"~":                               dir,
+		"file:" + dir + "/h":              dir + "/h",
 	} {
 		drv, closer, err := storeurl.Open(ctx, raw)
 		if err != nil {
@@ -87,12 +90,8 @@ func TestOpenErrors(t *testing.T) {
 			t.Errorf("Open(%q) = %v, want ErrBadURL", raw, err)
 			continue
 		}
-		msg := err.Error()
-		if !strings.Contains(msg, "file:///path/to/dir") || !strings.Contains(msg, "mem:") {
-			t.Errorf("Open(%q) error does not list the accepted forms: %s", raw, msg)
-		}
-		if strings.Contains(msg, "hunter2") {
-			t.Errorf("Open(%q) error shows the password: %s", raw, msg)
+		if msg := err.Error(); strings.Contains(msg, "hunter2") || strings.Count(msg, "\n") > 0 {
+			t.Errorf("Open(%q) error shows the password, or takes several lines: %s", raw, msg)
 		}
 	}
 	// A well-formed URL naming an unusable store is an open error, not a
@@ -134,31 +133,6 @@ func TestRegister(t *testing.T) {
 	storeurl.Register(scheme, nil)
 }
 
-func TestRedact(t *testing.T) {
-	for raw, want := range map[string]string{
-		"redis://:hunter2@localhost:6379/0":             "redis://:xxxxx@localhost:6379/0",
-		"postgres://bob:hunter2@db/app?sslmode=disable": "postgres://bob:xxxxx@db/app?sslmode=disable",
-		"postgres://bob@db/app?password=hunter2":        "postgres://bob@db/app?password=xxxxx",
-		"redlock://:hunter2@h1:6379,h2:6379,h3:6379":    "redlock://:xxxxx@h1:6379,h2:6379,h3:6379",
-		"azblob://acct/container?sig=hunter2&sv=2024":   "azblob://acct/container?sig=xxxxx&sv=2024",
-		"nats://tok@localhost:4222?token=hunter2":       "nats://tok@localhost:4222?token=xxxxx",
-		"mysql://root:hunter2@[::1/x?api_key=hunter2":   "mysql://root:xxxxx@[::1/x?api_key=xxxxx",
-		"file:///var/lib/fence":                         "file:///var/lib/fence",
-		"/var/lib/fence":                                "/var/lib/fence",
-		"etcd://h1:2379,h2:2379/prefix?dial_timeout=5s": "etcd://h1:2379,h2:2379/prefix?dial_timeout=5s",
-		"redis://user:p%40ss@host?client_secret=x&db=1": "redis://user:xxxxx@host?client_secret=xxxxx&db=1",
-		"zk://h1:2181/fence?auth_digest=user%3Ahunter2": "zk://h1:2181/fence?auth_digest=xxxxx",
-	} {
-		got := storeurl.Redact(raw)
-		if got != want {
-			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
-		}
-		if strings.Contains(got, "hunter2") || strings.Contains(got, "p%40ss") {
-			t.Errorf("Redact(%q) leaks: %q", raw, got)
-		}
-	}
-}
-
 func TestDefaultDir(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", "/x/state")
 	if d, err := storeurl.DefaultDir(); err != nil || d != "/x/state/fence" {
@@ -168,21 +142,5 @@ func TestDefaultDir(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
 	if d, err := storeurl.DefaultDir(); err != nil || d != "/home/u/.local/state/fence" {
 		t.Errorf("DefaultDir with HOME = %q, %v", d, err)
-	}
-}
-
-func TestScrub(t *testing.T) {
-	for _, c := range []struct{ raw, text, want string }{
-		{"redis://u:hunter2@h:6379/0", "dial h:6379: auth hunter2 refused", "dial h:6379: auth xxxxx refused"},
-		{"postgres://u:p%40ss@h/db", "password p@ss and p%40ss", "password xxxxx and xxxxx"},
-		{"nats://h?token=s3cret&x=1", "token s3cret x=1", "token xxxxx x=1"},
-		{"azblob://acct/c?sig=a%2Bb&sv=2024", "sig=a+b sig=a%2Bb sv=2024", "sig=xxxxx sig=xxxxx sv=2024"},
-		{"redis://u:hunter2@h:bad port", "parse redis://u:hunter2@h:bad port", "parse redis://u:xxxxx@h:bad port"},
-		{"/var/lib/fence", "open /var/lib/fence: denied", "open /var/lib/fence: denied"},
-		{"redis://u@h", "user u", "user u"},
-	} {
-		if got := storeurl.Scrub(c.raw, c.text); got != c.want {
-			t.Errorf("Scrub(%q, %q) = %q; want %q", c.raw, c.text, got, c.want)
-		}
 	}
 }

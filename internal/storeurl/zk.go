@@ -21,24 +21,23 @@ func init() {
 // may not exceed the session timeout the server grants, which it clamps
 // to its maxSessionTimeout: 40s by default).
 func openZK(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) {
-	raw := u.String()
 	if u.User != nil {
-		return nil, nil, badURL(raw, "a zk URL takes no credentials")
+		return nil, nil, badURL(u, "a zk URL takes no credentials")
 	}
 	hosts, err := hostList(u, "2181")
 	if err != nil {
-		return nil, nil, badURL(raw, "%v", err)
+		return nil, nil, badURL(u, "%v", err)
 	}
 	session := 60 * time.Second
 	q := u.Query()
 	for k := range q {
 		if k != "session_timeout" {
-			return nil, nil, badURL(raw, "unknown parameter %q (zk URLs take session_timeout)", k)
+			return nil, nil, badURL(u, "unknown parameter %q (zk URLs take session_timeout)", k)
 		}
 	}
 	if s := q.Get("session_timeout"); s != "" {
 		if session, err = time.ParseDuration(s); err != nil || session <= 0 {
-			return nil, nil, badURL(raw, "session_timeout %q is not a positive duration", s)
+			return nil, nil, badURL(u, "session_timeout %q is not a positive duration", s)
 		}
 	}
 	var opts []fencezk.Option
