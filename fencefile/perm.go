@@ -20,6 +20,21 @@ import (
 // accepted, since they can open none of its files (they see the names:
 // the readable part of the keys).
 
+// Warnings returns what the store's directory lets others do that it
+// should not, for the caller to show: a directory other users may list
+// or enter (mkdir's usual 0755) shows them the readable part of every
+// key, the first 48 bytes escaped, in its file names, though they can
+// open none of its files. Nil for a directory closed to others (0700,
+// 2770). The fence command prints these as warnings.
+func (s *Store) Warnings() []string {
+	if perm := s.access.dirMode.Perm(); perm&0o005 != 0 {
+		return []string{fmt.Sprintf("store directory %s has mode %04o: other users can list it and read key names "+
+			"(up to %d bytes of each) from its file names, though not its files; chmod o-rx %s keeps them out",
+			s.dir, unixMode(s.access.dirMode), maxReadable, s.dir)}
+	}
+	return nil
+}
+
 // dirAccess is what a store's directory looked like when it was opened: the
 // mode and group its files get, and what to recreate it with should it
 // vanish.

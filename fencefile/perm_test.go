@@ -118,21 +118,23 @@ func TestWritableDirectoryRefused(t *testing.T) {
 // them, whatever the umask: never any access for others, and the
 // directory's group read and write access where it shares its files with
 // its group (group-writable or setgid), none where it does not (mkdir's
-// usual 0755, which is accepted: others can open none of its files).
+// usual 0755, which is accepted, with a warning from Warnings: others can
+// open none of its files, but read key names from their names).
 func TestDirectoryModeGivesFileMode(t *testing.T) {
 	for _, tc := range []struct {
-		dir  fs.FileMode
-		file fs.FileMode
+		dir   fs.FileMode
+		file  fs.FileMode
+		warns bool // others may list or enter the directory
 	}{
-		{0o700, 0o600},
-		{0o755, 0o600},
-		{0o711, 0o600},
-		{0o750, 0o600},
-		{0o770, 0o660},
-		{0o775, 0o660},
-		{0o2770, 0o660},
-		{0o2775, 0o660},
-		{0o2750, 0o640},
+		{0o700, 0o600, false},
+		{0o755, 0o600, true},
+		{0o711, 0o600, true},
+		{0o750, 0o600, false},
+		{0o770, 0o660, false},
+		{0o775, 0o660, true},
+		{0o2770, 0o660, false},
+		{0o2775, 0o660, true},
+		{0o2750, 0o640, false},
 	} {
 		dir := filepath.Join(t.TempDir(), "store")
 		if err := os.Mkdir(dir, 0o700); err != nil {
@@ -151,6 +153,9 @@ func TestDirectoryModeGivesFileMode(t *testing.T) {
 			if fi.Mode() != tc.file {
 				t.Errorf("directory mode %04o: %s has mode %v; want %v", tc.dir, name, fi.Mode(), tc.file)
 			}
+		}
+		if w := s.Warnings(); (len(w) > 0) != tc.warns {
+			t.Errorf("directory mode %04o: Warnings() = %q; want a warning: %v (others can list or enter it)", tc.dir, w, tc.warns)
 		}
 	}
 }

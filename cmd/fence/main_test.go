@@ -61,7 +61,50 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{t: t, store: t.TempDir(), home: t.TempDir()}
+	return &env{t: t, store: privateDir(t), home: t.TempDir()}
+}
+
+// privateDir returns a new directory only its owner can list or enter, as
+// a store's directory should be: t.TempDir's 0755 makes fence warn.
+func privateDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A store directory other users can list is used, with a warning: they
+// can read key names from its file names. A private one gets none.
+func TestOpenDirectoryWarns(t *testing.T) {
+	e := newEnv(t)
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		store string
+		warns bool
+	}{{open, true}, {e.store, false}} {
+		for _, asJSON := range []bool{false, true} {
+			args := []string{"status", "--store", c.store, "--key", "k"}
+			if asJSON {
+				args = append(args, "--json")
+			}
+			r := e.run(args...)
+			if r.code != exitFree {
+				t.Fatalf("fence %q: exit %d; stderr %q", args, r.code, r.stderr)
+			}
+			warned := strings.Contains(r.stderr, "other users can list it") && strings.Contains(r.stderr, "chmod o-rx "+c.store)
+			if warned != c.warns {
+				t.Errorf("fence %q (directory %s): stderr %q; want a warning: %v", args, c.store, r.stderr, c.warns)
+			}
+			if asJSON && c.warns && !strings.Contains(r.stderr, `"event":"warning"`) {
+				t.Errorf("fence %q: the warning is not a JSON event: %q", args, r.stderr)
+			}
+		}
+	}
 }
 
 func (e *env) command(args ...string) *exec.Cmd {

@@ -133,6 +133,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return ev.fail(err)
 	}
 	defer st.Close()
+	st.warn(ev)
 	if err := fitTTL(st, &f, ev); err != nil {
 		return ev.fail(err)
 	}

@@ -44,6 +44,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return ev.fail(err)
 	}
 	defer st.Close()
+	st.warn(ev)
 
 	ictx, cancel := context.WithTimeout(ctx, storeTimeout)
 	h, err := st.client.Inspect(ictx, *key)
@@ -111,6 +112,7 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 		return ev.fail(err)
 	}
 	defer st.Close()
+	st.warn(ev)
 	if *watch {
 		return watchList(ctx, st, *prefix, interval, stdout, ev)
 	}

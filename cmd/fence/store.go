@@ -57,6 +57,24 @@ func openStore(ctx context.Context, flagValue string, opts ...fence.Option) (*st
 
 func (s *store) Close() { s.closer.Close() }
 
+// warner is a driver with something to say about how its store is set
+// up (fencefile: a directory other users can list).
+type warner interface {
+	Warnings() []string
+}
+
+// warn shows the store's warnings, if its driver has any, as "warning"
+// events.
+func (s *store) warn(ev *events) {
+	w, ok := s.client.Driver().(warner)
+	if !ok {
+		return
+	}
+	for _, msg := range w.Warnings() {
+		ev.emit(event{Event: "warning", Store: s.url, Message: "warning: " + msg}, true)
+	}
+}
+
 // openWithin opens the store, giving up after d even if the driver does
 // not heed its context: fence is about to exit then, and a late result
 // is closed.
