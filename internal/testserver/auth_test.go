@@ -9,30 +9,27 @@ import (
 // The credential options make the servers refuse clients without them, and
 // the readiness checks give them (the servers started at all).
 
-func TestNATSToken(t *testing.T) {
+func TestNATSCredentials(t *testing.T) {
 	t.Parallel()
-	n := NATS(t, Token("s3cret-token"))
-	ctx := testContext(t)
-	if err := natsPingAs(ctx, n.Addr(), natsAuth{Token: "s3cret-token"}); err != nil {
-		t.Fatalf("with the token: %v", err)
-	}
-	for _, auth := range []natsAuth{{}, {Token: "wrong"}, {User: "u", Password: "s3cret-token"}} {
-		if err := natsPingAs(ctx, n.Addr(), auth); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
-			t.Errorf("CONNECT with %+v: %v; want Authorization Violation", auth, err)
+	for _, c := range []struct {
+		opt     Option
+		right   natsAuth
+		refused []natsAuth
+	}{
+		{Token("s3cret-token"), natsAuth{Token: "s3cret-token"},
+			[]natsAuth{{}, {Token: "wrong"}, {User: "u", Password: "s3cret-token"}}},
+		{Password("fence", "s3cret-pw"), natsAuth{User: "fence", Password: "s3cret-pw"},
+			[]natsAuth{{}, {User: "fence", Password: "wrong"}, {User: "other", Password: "s3cret-pw"}, {Token: "s3cret-pw"}}},
+	} {
+		n := NATS(t, c.opt)
+		ctx := testContext(t)
+		if err := natsPingAs(ctx, n.Addr(), c.right); err != nil {
+			t.Fatalf("CONNECT with %+v: %v", c.right, err)
 		}
-	}
-}
-
-func TestNATSPassword(t *testing.T) {
-	t.Parallel()
-	n := NATS(t, Password("fence", "s3cret-pw"))
-	ctx := testContext(t)
-	if err := natsPingAs(ctx, n.Addr(), natsAuth{User: "fence", Password: "s3cret-pw"}); err != nil {
-		t.Fatalf("with the user and password: %v", err)
-	}
-	for _, auth := range []natsAuth{{}, {User: "fence", Password: "wrong"}, {User: "other", Password: "s3cret-pw"}, {Token: "s3cret-pw"}} {
-		if err := natsPingAs(ctx, n.Addr(), auth); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
-			t.Errorf("CONNECT with %+v: %v; want Authorization Violation", auth, err)
+		for _, auth := range c.refused {
+			if err := natsPingAs(ctx, n.Addr(), auth); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
+				t.Errorf("CONNECT with %+v: %v; want Authorization Violation", auth, err)
+			}
 		}
 	}
 }
