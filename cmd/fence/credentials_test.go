@@ -2,9 +2,11 @@ package main
 
 import (
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -213,23 +215,135 @@ func TestCredentialsUnreachable(t *testing.T) {
 
 // TestCredentialsRefused: servers that refuse the credentials, where a
 // private test server can: the error says so, without them.
+//
+// The credential forms covered here, by store: redis (a password alone, the
+// default user's, a named user's), redis+cluster, redlock, redis+sentinel
+// (the Sentinels' sentinel_password, the master's in the user info or as
+// password=, each missing, each given to the other), postgres (the user
+// info's, password=), mysql (over TCP and a socket), etcd, nats (a token,
+// a user and password, each given to a server wanting the other), and the
+// azblob credentials from the environment (AZURE_STORAGE_KEY,
+// AZURE_STORAGE_SAS_TOKEN, AZURE_STORAGE_CONNECTION_STRING; those in the
+// URL are in TestAzblobStore). Not here: the TLS forms (rediss,
+// rediss+cluster, rediss+sentinel), for want of a TLS test server; zk
+// takes no credentials.
 func TestCredentialsRefused(t *testing.T) {
 	t.Parallel()
 	const right, wrong = "right-pw", "wrong-pw"
+	status := func(store string) []string { return []string{"status", "--store", store, "--key", "k"} }
+	runTrue := func(store string) []string { return []string{"run", "--store", store, "--key", "k", "--", "true"} }
 
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		srv := testserver.Redis(t)
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		srv := testserver.Redis(t, testserver.Password("", right))
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: right})
 		defer rdb.Close()
-		if err := rdb.ConfigSet(ctx, "requirepass", right).Err(); err != nil {
+		if err := rdb.Do(t.Context(), "ACL", "SETUSER", "fenceapp", "on", ">"+right, "~*", "&*", "+@all").Err(); err != nil {
 			t.Fatal(err)
 		}
 		e := newEnv(t)
-		for _, store := range []string{"redis://:" + wrong + "@" + srv.Addr(), "redis://default:" + wrong + "@" + srv.Addr() + "/0?token_retention=1h"} {
-			credCase{[]string{"status", "--store", store, "--key", "k"}, 1, []string{wrong, right}, []string{"WRONGPASS", srv.Addr()}}.check(t, e)
+		a := srv.Addr()
+		for _, c := range []struct{ store, shown string }{
+			{"redis://:" + wrong + "@" + a, a},
+			{"redis://default:" + wrong + "@" + a + "/0?token_retention=1h", "token_retention=1h"},
+			{"redis://fenceapp:" + wrong + "@" + a, "fenceapp"},
+			// The Cluster and Redlock forms, against a server that refuses
+			// the password before anything else.
+			{"redis+cluster://:" + wrong + "@" + a, a},
+			{"redlock://fenceapp:" + wrong + "@" + a + "," + a + "," + a, "fenceapp"},
+		} {
+			credCase{status(c.store), 1, []string{wrong, right}, []string{"WRONGPASS", c.shown}}.check(t, e)
 		}
+		credCase{status("redis://" + a), 1, []string{right}, []string{"NOAUTH"}}.check(t, e)
+		credCase{runTrue("redis://fenceapp:" + right + "@" + a), 0, []string{right}, nil}.check(t, e)
+	})
+
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		const sentinelRight, sentinelWrong = "sentinel-" + right, "sentinel-" + wrong
+		rs := testserver.RedisSentinel(t, 1, 1, testserver.Password("", right), testserver.SentinelPassword(sentinelRight))
+		e := newEnv(t)
+		base := "redis+sentinel://" + rs.SentinelAddrs()[0] + "/" + rs.MasterName()
+		with := func(userinfo, query string) string {
+			return strings.Replace(base, "//", "//"+userinfo, 1) + query
+		}
+		secrets := []string{right, wrong, sentinelRight, sentinelWrong}
+		sentinel := "Sentinel " + rs.SentinelAddrs()[0]
+		master := `master "` + rs.MasterName() + `" at ` + rs.Master().Addr()
+		for _, c := range []struct {
+			store string
+			shown []string
+		}{
+			// The Sentinel refuses its password, or wants one.
+			{with(":"+right+"@", "?sentinel_password="+sentinelWrong), []string{sentinel, "WRONGPASS"}},
+			{with(":"+right+"@", ""), []string{sentinel, "NOAUTH"}},
+			{with("", "?sentinel_username=default&sentinel_password="+sentinelWrong+"&password="+right), []string{sentinel, "WRONGPASS", "sentinel_username=default"}},
+			// The master refuses its password, given in the user info or
+			// as password=, or wants one.
+			{with(":"+wrong+"@", "?sentinel_password="+sentinelRight), []string{master, "WRONGPASS"}},
+			{with("default:"+wrong+"@", "?sentinel_password="+sentinelRight), []string{master, "WRONGPASS"}},
+			{with("", "?password="+wrong+"&sentinel_password="+sentinelRight), []string{master, "WRONGPASS"}},
+			{with("", "?sentinel_password="+sentinelRight), []string{master, "NOAUTH"}},
+			// The master's password given to the Sentinel, and the other
+			// way round.
+			{with(":"+sentinelRight+"@", "?sentinel_password="+right), []string{sentinel, "WRONGPASS"}},
+		} {
+			credCase{status(c.store), 1, secrets, c.shown}.check(t, e)
+		}
+		credCase{runTrue(with(":"+right+"@", "?sentinel_password="+sentinelRight)), 0, secrets, nil}.check(t, e)
+		credCase{runTrue(with("", "?password="+right+"&sentinel_password="+sentinelRight)), 0, secrets, nil}.check(t, e)
+	})
+
+	t.Run("nats", func(t *testing.T) {
+		t.Parallel()
+		tok := testserver.NATS(t, testserver.Token(right))
+		up := testserver.NATS(t, testserver.Password("fence", right))
+		e := newEnv(t)
+		for _, c := range []struct{ store, shown string }{
+			{"nats://" + wrong + "@" + tok.Addr() + "/locks", "nats://xxxxx@" + tok.Addr() + "/locks"},
+			{"nats://" + tok.Addr() + "/locks", tok.Addr()},
+			{"nats://fence:" + right + "@" + tok.Addr() + "/locks", "nats://fence:xxxxx@" + tok.Addr()},
+			{"nats://fence:" + wrong + "@" + up.Addr() + "/locks", "nats://fence:xxxxx@" + up.Addr() + "/locks"},
+			{"nats://" + right + "@" + up.Addr() + "/locks", "nats://xxxxx@" + up.Addr()},
+			{"nats://" + up.Addr(), up.Addr()},
+			// One server of two refuses: nats.go says what the last one
+			// tried said.
+			{"nats://" + wrong + "@" + tok.Addr() + "," + tok.Addr() + "/locks", tok.Addr()},
+		} {
+			credCase{status(c.store), 1, []string{wrong, right}, []string{"nats: Authorization Violation", c.shown}}.check(t, e)
+		}
+		credCase{runTrue("nats://" + right + "@" + tok.Addr() + "/locks"), 0, []string{right}, nil}.check(t, e)
+		credCase{runTrue("nats://fence:" + right + "@" + up.Addr() + "/locks"), 0, []string{right}, nil}.check(t, e)
+	})
+
+	t.Run("azblob", func(t *testing.T) {
+		t.Parallel()
+		// The credentials the azblob URLs take from the environment (see
+		// azblob_test.go for those in the URL).
+		az := testserver.Azurite(t)
+		wrongKey := base64.StdEncoding.EncodeToString([]byte("a wrong key of the right length for Azure Storage, 64 bytes long"))
+		wrongSig := base64.StdEncoding.EncodeToString([]byte("a wrong signature, 32 bytes long"))
+		store := "azblob+http://" + az.Addr() + "/" + testserver.AzuriteAccount + "/fence-env"
+		conn := func(key string) string {
+			return "DefaultEndpointsProtocol=http;AccountName=" + testserver.AzuriteAccount + ";AccountKey=" + key +
+				";BlobEndpoint=http://" + az.Addr() + "/" + testserver.AzuriteAccount + ";"
+		}
+		secrets := []string{wrongKey, wrongKey[:20], wrongSig, url.QueryEscape(wrongSig), wrongSig[:20], testserver.AzuriteKey[:20]}
+		for _, c := range []struct {
+			environ []string
+			store   string
+		}{
+			{[]string{"AZURE_STORAGE_KEY=" + wrongKey}, store},
+			{[]string{"AZURE_STORAGE_SAS_TOKEN=?sv=2024-08-04&sr=c&sp=rwc&se=2030-01-01T00%3A00%3A00Z&sig=" + url.QueryEscape(wrongSig)}, store},
+			{[]string{"AZURE_STORAGE_CONNECTION_STRING=" + conn(wrongKey)}, "azblob:///fence-env"},
+		} {
+			e := newEnv(t)
+			e.environ = c.environ
+			credCase{status(c.store), 1, secrets, []string{"403"}}.check(t, e)
+		}
+		e := newEnv(t)
+		e.environ = []string{"AZURE_STORAGE_CONNECTION_STRING=" + conn(testserver.AzuriteKey)}
+		credCase{runTrue("azblob:///fence-env"), 0, secrets, nil}.check(t, e)
 	})
 
 	t.Run("postgres", func(t *testing.T) {
@@ -274,7 +388,13 @@ func TestCredentialsRefused(t *testing.T) {
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		srv := testserver.MariaDB(t)
+		dir, err := os.MkdirTemp("", "fence-my-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		socket := filepath.Join(dir, "mysqld.sock")
+		srv := testserver.MariaDB(t, testserver.Args("--socket="+socket))
 		db, err := sql.Open("mysql", srv.DSN())
 		if err != nil {
 			t.Fatal(err)
@@ -288,6 +408,8 @@ func TestCredentialsRefused(t *testing.T) {
 		e := newEnv(t)
 		credCase{[]string{"status", "--store", "mysql://fenceapp:" + wrong + "@" + srv.Addr() + "/test?timeout=5s", "--key", "k"}, 1,
 			[]string{wrong, right}, []string{"Access denied", "fenceapp"}}.check(t, e)
+		credCase{status("mysql://fenceapp:" + wrong + "@/test?socket=" + socket), 1,
+			[]string{wrong, right}, []string{"Access denied", "fenceapp", socket}}.check(t, e)
 	})
 
 	t.Run("etcd", func(t *testing.T) {

@@ -54,9 +54,10 @@ func TestMain(m *testing.M) {
 
 // env is a private store and home for one test: never the user's own.
 type env struct {
-	t     *testing.T
-	store string
-	home  string
+	t       *testing.T
+	store   string
+	home    string
+	environ []string // more environment variables, "NAME=value"
 }
 
 func newEnv(t *testing.T) *env {
@@ -112,6 +113,7 @@ func (e *env) command(args ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), "FENCE_STORE="+e.store, "HOME="+e.home, "XDG_STATE_HOME=",
 		// The machine's own Azure settings stay out.
 		"AZURE_STORAGE_CONNECTION_STRING=", "AZURE_STORAGE_KEY=", "AZURE_STORAGE_SAS_TOKEN=")
+	cmd.Env = append(cmd.Env, e.environ...)
 	return cmd
 }
 

@@ -41,7 +41,7 @@ func openEtcd(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) 
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()
 		// New authenticates, waiting up to DialTimeout for a connection.
-		if err := refused(ctx, hosts); err != nil {
+		if err := refused(ctx, "etcd endpoint", hosts); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -84,7 +84,7 @@ func awaitConnection(ctx context.Context, cli *clientv3.Client, hosts []string) 
 		case connectivity.Ready:
 			return nil
 		case connectivity.TransientFailure:
-			if err := refused(wctx, hosts); err != nil {
+			if err := refused(wctx, "etcd endpoint", hosts); err != nil {
 				return err
 			}
 		}
@@ -95,36 +95,6 @@ func awaitConnection(ctx context.Context, cli *clientv3.Client, hosts []string) 
 			return nil
 		}
 	}
-}
-
-// refused dials every host and returns their errors if each one refused
-// the connection, had no route or no address: nothing listens there. It
-// returns nil as soon as a host accepts, or if one does not answer within
-// a few seconds (it may be slow, or behind a firewall that drops packets:
-// the store's calls then time out as before).
-func refused(ctx context.Context, hosts []string) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel() // stops the dials still running
-	results := make(chan error, len(hosts))
-	for _, h := range hosts {
-		go func() {
-			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", h)
-			if err == nil {
-				c.Close()
-			}
-			results <- err
-		}()
-	}
-	var errs []any
-	for range hosts {
-		err := <-results
-		var ne net.Error
-		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
-			return nil
-		}
-		errs = append(errs, err)
-	}
-	return fmt.Errorf("no etcd endpoint reachable: "+strings.Repeat("; %w", len(errs))[2:], errs...)
 }
 
 type closerFunc func() error

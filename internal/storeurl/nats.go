@@ -2,9 +2,12 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/url"
 	"strings"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencenats"
@@ -40,6 +43,13 @@ func openNATS(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, error) 
 		servers[i] = s.String()
 	}
 	d, err := fencenats.Dial(ctx, strings.Join(servers, ","), bucket)
+	if errors.Is(err, nats.ErrNoServers) {
+		// nats.go drops a refused connection's error and says only that no
+		// server is available: find out why.
+		if why := refused(ctx, "NATS server", hosts); why != nil {
+			err = why
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}

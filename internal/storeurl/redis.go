@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,8 +31,8 @@ import (
 // pool_size, ...) and fence's own: prefix (key prefix, default "fence:")
 // and token_retention (a Go duration, default 1h). Host lists take host
 // names or IPv4 addresses. Open pings the servers: a single server or a
-// Cluster must answer, a quorum of Redlock's, and through Sentinel the
-// master.
+// Cluster must answer, a quorum of Redlock's (pinged at once), and through
+// Sentinel the master, once a Sentinel has named it (see askSentinels).
 //
 // In a Sentinel URL the hosts are Sentinels (port 26379 if none is given)
 // and the path names the master as the Sentinels know it, then optionally
@@ -200,7 +201,74 @@ func openRedisSentinel(ctx context.Context, u *url.URL) (fence.Driver, io.Closer
 		o.TLSConfig.ServerName = ""
 	}
 	o.ContextTimeoutEnabled = true
-	return openStore(ctx, redis.NewFailoverClient(o), fopts)
+	master, err := askSentinels(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, c, err := openStore(ctx, redis.NewFailoverClient(o), fopts)
+	if err != nil {
+		// Say which server refused: the master, with the user info's
+		// password, not a Sentinel.
+		return nil, nil, fmt.Errorf("master %q at %s: %w", o.MasterName, master, err)
+	}
+	return d, c, nil
+}
+
+// askSentinels asks every Sentinel of o at once, one try each, for the
+// address of o's master, and returns the first answer. If none answers, it
+// returns why, for each: the connection refused, a password refused, no
+// master of that name. go-redis's failover client, asked first, would retry
+// a refused Sentinel inside every retried dial of the master and wait out
+// the context, then say only that the Sentinels are unreachable.
+func askSentinels(ctx context.Context, o *redis.FailoverOptions) (string, error) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // stops the questions still asked once one is answered
+	type answer struct {
+		addr string
+		err  error
+	}
+	answers := make(chan answer, len(o.SentinelAddrs))
+	for _, s := range o.SentinelAddrs {
+		wg.Go(func() {
+			c := redis.NewSentinelClient(&redis.Options{
+				Addr:                  s,
+				Username:              o.SentinelUsername,
+				Password:              o.SentinelPassword,
+				TLSConfig:             o.TLSConfig,
+				DialTimeout:           o.DialTimeout,
+				ReadTimeout:           o.ReadTimeout,
+				WriteTimeout:          o.WriteTimeout,
+				ContextTimeoutEnabled: true,
+				MaxRetries:            -1, // one try
+				DialerRetries:         1,
+				PoolSize:              1,
+			})
+			defer c.Close()
+			hp, err := c.GetMasterAddrByName(ctx, o.MasterName).Result()
+			switch {
+			case errors.Is(err, redis.Nil):
+				err = fmt.Errorf("knows no master named %q", o.MasterName)
+			case err == nil && len(hp) != 2:
+				err = fmt.Errorf("answered %q for the master's address", hp)
+			}
+			if err != nil {
+				answers <- answer{err: fmt.Errorf("Sentinel %s: %w", s, err)}
+				return
+			}
+			answers <- answer{addr: net.JoinHostPort(hp[0], hp[1])}
+		})
+	}
+	var errs []any
+	for range o.SentinelAddrs {
+		a := <-answers
+		if a.err == nil {
+			return a.addr, nil
+		}
+		errs = append(errs, a.err)
+	}
+	return "", fmt.Errorf("no Sentinel names the master: "+strings.Repeat("; %w", len(errs))[2:], errs...)
 }
 
 func openStore(ctx context.Context, rdb redis.UniversalClient, opts []fenceredis.Option) (fence.Driver, io.Closer, error) {
@@ -248,10 +316,17 @@ func openRedlock(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, erro
 		closeAll()
 		return nil, nil, err
 	}
+	// Every server at once: one that refuses takes go-redis's retries.
+	pings := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() { pings[i] = c.Ping(ctx).Err() })
+	}
+	wg.Wait()
 	var up int
 	var errs []error
-	for i, c := range clients {
-		if err := c.Ping(ctx).Err(); err != nil {
+	for i, err := range pings {
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", hs[i], err))
 		} else {
 			up++

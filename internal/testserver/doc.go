@@ -27,6 +27,18 @@
 // arguments and the tail of its log. The log of every server is written to a
 // file under t.TempDir(), and its tail is printed if the test fails.
 //
+// # Credentials
+//
+// Token and Password make a NATS or Redis server require credentials of
+// every client, and SentinelPassword the Sentinels of a RedisSentinel; the
+// readiness checks give them, so a test sees them refused or taken:
+//
+//	n := testserver.NATS(t, testserver.Token("tok"))              // nats://tok@host
+//	n := testserver.NATS(t, testserver.Password("u", "pw"))       // nats://u:pw@host
+//	r := testserver.Redis(t, testserver.Password("", "pw"))       // redis://:pw@host
+//	rs := testserver.RedisSentinel(t, 1, 1,
+//		testserver.Password("", "pw"), testserver.SentinelPassword("spw"))
+//
 // # Faults
 //
 // Every server embeds *Process:

@@ -3,10 +3,12 @@ package testserver
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +20,14 @@ import (
 type NATSServer struct {
 	*Process
 	version string
+}
+
+// natsAuth is what a client gives in its CONNECT: a token, or a user and
+// password; nothing if all are empty.
+type natsAuth struct {
+	Token    string `json:"auth_token,omitempty"`
+	User     string `json:"user,omitempty"`
+	Password string `json:"pass,omitempty"`
 }
 
 // URL returns "nats://127.0.0.1:port".
@@ -33,11 +43,23 @@ func (s *NATSServer) AtLeast(min string) bool { return versionAtLeast(s.version,
 // NATS starts a private nats-server -js on a free loopback port, preferring
 // the one scripts/test installs (RepoRoot()/.tools/bin/nats-server), then
 // $FENCE_NATS_SERVER, then PATH, and waits until it answers PING and a
-// JetStream API request.
+// JetStream API request. With Token or Password it requires them of every
+// client, and its readiness check gives them.
 func NATS(t testing.TB, opts ...Option) *NATSServer {
 	t.Helper()
 	bin := Require(t, "nats-server")
 	o := collect(opts)
+	o.check(t, "NATS", credentials{token: true, user: true, password: true})
+	auth := natsAuth{Token: o.token, User: o.user, Password: o.password}
+	var authArgs []string
+	switch {
+	case o.token != "" && (o.user != "" || o.password != ""):
+		t.Fatalf("testserver: NATS takes a Token or a Password, not both")
+	case o.token != "":
+		authArgs = []string{"--auth", o.token}
+	case o.user != "" || o.password != "":
+		authArgs = []string{"--user", o.user, "--pass", o.password}
+	}
 	version, err := natsServerVersion(bin)
 	if err != nil {
 		t.Fatalf("testserver: %v", err)
@@ -53,10 +75,10 @@ func NATS(t testing.TB, opts ...Option) *NATSServer {
 		s.Process = newProcess(t, procSpec{
 			name: "nats-server",
 			path: bin,
-			args: append([]string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", dir}, o.args...),
+			args: slices.Concat([]string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", dir}, authArgs, o.args),
 			dir:  dir,
 			port: port,
-			ping: func(ctx context.Context) error { return natsPing(ctx, addr) },
+			ping: func(ctx context.Context) error { return natsPingAs(ctx, addr, auth) },
 		})
 		return s.start()
 	})
@@ -78,8 +100,11 @@ func natsServerVersion(bin string) (string, error) {
 
 // natsPing speaks the text protocol: CONNECT, PING -> PONG, and one
 // JetStream API request ($JS.API.INFO) that must be answered, so JetStream
-// is up too.
-func natsPing(ctx context.Context, addr string) error {
+// is up too. It gives no credentials.
+func natsPing(ctx context.Context, addr string) error { return natsPingAs(ctx, addr, natsAuth{}) }
+
+// natsPingAs is natsPing with the credentials of auth in the CONNECT.
+func natsPingAs(ctx context.Context, addr string, auth natsAuth) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -97,7 +122,16 @@ func natsPing(ctx context.Context, addr string) error {
 	if !strings.HasPrefix(line, "INFO ") {
 		return fmt.Errorf("nats: greeting %q, want INFO", strings.TrimSpace(line))
 	}
-	_, err = io.WriteString(conn, `CONNECT {"verbose":false,"pedantic":false,"protocol":1}`+"\r\n"+
+	connect, err := json.Marshal(struct {
+		Verbose  bool `json:"verbose"`
+		Pedantic bool `json:"pedantic"`
+		Protocol int  `json:"protocol"`
+		natsAuth
+	}{Protocol: 1, natsAuth: auth})
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(conn, "CONNECT "+string(connect)+"\r\n"+
 		"SUB _INBOX.testserver 1\r\nPUB $JS.API.INFO _INBOX.testserver 0\r\n\r\nPING\r\n")
 	if err != nil {
 		return err

@@ -31,6 +31,9 @@ type Option func(*options)
 
 type options struct {
 	args []string
+	// The credentials the server requires of its clients (see Token,
+	// Password, SentinelPassword).
+	token, user, password, sentinelPassword string
 }
 
 // Args appends extra command-line arguments to the server's own. For

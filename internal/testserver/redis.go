@@ -20,17 +20,32 @@ import (
 // brings it back empty, as a real Redis without AOF/RDB would after a crash.
 type RedisServer struct {
 	*Process
+	password string // the default user's (Password), "" if none
+}
+
+// do sends one command, after AUTH with the server's password if it has
+// one (see redisDo).
+func (r *RedisServer) do(ctx context.Context, args ...string) (any, error) {
+	return redisDoAs(ctx, r.Addr(), r.password, args...)
+}
+
+// role returns the server's reply to ROLE (see redisRole).
+func (r *RedisServer) role(ctx context.Context) ([]any, error) {
+	return roleReply(r.do(ctx, "ROLE"))
 }
 
 // URL returns "redis://127.0.0.1:port".
 func (r *RedisServer) URL() string { return "redis://" + r.Addr() }
 
 // Redis starts a private redis-server on a free loopback port
-// (--save "" --appendonly no, its own directory).
+// (--save "" --appendonly no, its own directory). With Password it
+// requires that password of every client.
 func Redis(t testing.TB, opts ...Option) *RedisServer {
 	t.Helper()
 	bin := Require(t, "redis-server")
-	return startRedis(t, bin, redisSpec{}, collect(opts))
+	o := collect(opts)
+	o.check(t, "Redis", credentials{password: true})
+	return startRedis(t, bin, redisSpec{}, o)
 }
 
 // Redises starts n independent redis-servers, as Redlock needs.
@@ -38,6 +53,7 @@ func Redises(t testing.TB, n int, opts ...Option) []*RedisServer {
 	t.Helper()
 	bin := Require(t, "redis-server")
 	o := collect(opts)
+	o.check(t, "Redises", credentials{password: true})
 	out := make([]*RedisServer, n)
 	for i := range out {
 		out[i] = startRedis(t, bin, redisSpec{}, o)
@@ -97,16 +113,21 @@ func startRedis(t testing.TB, bin string, s redisSpec, o options) *RedisServer {
 				"--cluster-node-timeout", "5000",
 			)
 		}
+		if o.password != "" {
+			// masterauth: a replica, or a master that Sentinel turns into
+			// one, authenticates to its master with it.
+			args = append(args, "--requirepass", o.password, "--masterauth", o.password)
+		}
 		args = append(args, s.args...)
 		args = append(args, o.args...)
-		srv = &RedisServer{newProcess(t, procSpec{
+		srv = &RedisServer{password: o.password, Process: newProcess(t, procSpec{
 			name: "redis-server",
 			path: bin,
 			args: args,
 			dir:  dir,
 			port: port,
 			ping: func(ctx context.Context) error {
-				v, err := redisDo(ctx, addr, "PING")
+				v, err := redisDoAs(ctx, addr, o.password, "PING")
 				if err == nil && v != "PONG" {
 					err = fmt.Errorf("PING answered %q", v)
 				}
@@ -145,6 +166,7 @@ func RedisCluster(t testing.TB, masters int, opts ...Option) *RedisClusterServer
 	bin := Require(t, "redis-server")
 	cli := Require(t, "redis-cli")
 	o := collect(opts)
+	o.check(t, "RedisCluster", credentials{})
 	c := &RedisClusterServer{tb: t}
 	for range masters {
 		c.Nodes = append(c.Nodes, startRedis(t, bin, redisSpec{cluster: true}, o))
@@ -194,6 +216,11 @@ func (c *RedisClusterServer) WaitReady() {
 // redisDo sends one command over a fresh connection and returns the reply:
 // string (simple or bulk), int64, nil, []any, or an error for an error reply.
 func redisDo(ctx context.Context, addr string, args ...string) (any, error) {
+	return redisDoAs(ctx, addr, "", args...)
+}
+
+// redisDoAs is redisDo after AUTH with password, unless it is "".
+func redisDoAs(ctx context.Context, addr, password string, args ...string) (any, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -204,14 +231,26 @@ func redisDo(ctx context.Context, addr string, args ...string) (any, error) {
 		_ = conn.SetDeadline(dl)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	command := func(args ...string) {
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
 	}
+	if password != "" {
+		command("AUTH", password)
+	}
+	command(args...)
 	if _, err := io.WriteString(conn, b.String()); err != nil {
 		return nil, err
 	}
-	return readRESP(bufio.NewReader(conn))
+	r := bufio.NewReader(conn)
+	if password != "" {
+		if _, err := readRESP(r); err != nil {
+			return nil, fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return readRESP(r)
 }
 
 type redisError string

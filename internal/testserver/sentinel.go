@@ -50,6 +50,13 @@ type RedisSentinelServer struct {
 // Restart, as a real Sentinel's does.
 type SentinelServer struct {
 	*Process
+	password string // its own (SentinelPassword), "" if none
+}
+
+// do sends one command, after AUTH with the Sentinel's password if it has
+// one (see redisDo).
+func (s *SentinelServer) do(ctx context.Context, args ...string) (any, error) {
+	return redisDoAs(ctx, s.Addr(), s.password, args...)
 }
 
 // MasterName returns the name the Sentinels know the master by, as
@@ -70,7 +77,9 @@ func (s *RedisSentinelServer) SentinelAddrs() []string {
 // replicate it (replicaof), and sentinels (at least 1) Sentinels that
 // monitor it with a quorum of sentinels/2+1, down-after-milliseconds
 // SentinelDownAfter and failover-timeout SentinelFailoverTimeout. It returns
-// once WaitReady does. opts apply to the data servers, not the Sentinels.
+// once WaitReady does. opts apply to the data servers, not the Sentinels,
+// but for SentinelPassword; the Sentinels are given the data servers'
+// Password.
 func RedisSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *RedisSentinelServer {
 	t.Helper()
 	if replicas < 1 || sentinels < 1 {
@@ -78,6 +87,7 @@ func RedisSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *Redis
 	}
 	bin := Require(t, "redis-server")
 	o := collect(opts)
+	o.check(t, "RedisSentinel", credentials{password: true, sentinelPassword: true})
 	s := &RedisSentinelServer{tb: t}
 	// Replicas sync over the socket at once (no RDB file, no 5 second wait
 	// for more replicas), and delete any RDB file a sync leaves, so a
@@ -94,13 +104,16 @@ func RedisSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *Redis
 		s.Nodes = append(s.Nodes, startRedis(t, bin, redisSpec{conf: conf, args: args}, o))
 	}
 	for range sentinels {
-		s.Sentinels = append(s.Sentinels, startSentinel(t, bin, master.Port(), sentinels/2+1))
+		s.Sentinels = append(s.Sentinels, startSentinel(t, bin, master.Port(), sentinels/2+1, o))
 	}
 	s.WaitReady()
 	return s
 }
 
-func startSentinel(t testing.TB, bin string, masterPort, quorum int) *SentinelServer {
+// startSentinel starts a Sentinel monitoring the master at masterPort,
+// which requires o.password (if set) of its clients, and that requires
+// o.sentinelPassword (if set) of its own.
+func startSentinel(t testing.TB, bin string, masterPort, quorum int, o options) *SentinelServer {
 	t.Helper()
 	dir := dataDir(t, "redis-sentinel")
 	conf := filepath.Join(dir, "sentinel.conf")
@@ -113,7 +126,7 @@ func startSentinel(t testing.TB, bin string, masterPort, quorum int) *SentinelSe
 		// Sentinel rewrites this file as it learns; it is written once per
 		// start attempt, before the first start, never on Restart.
 		name := sentinelMasterName
-		text := strings.Join([]string{
+		lines := []string{
 			"port " + strconv.Itoa(port),
 			"bind 127.0.0.1",
 			"daemonize no",
@@ -123,26 +136,34 @@ func startSentinel(t testing.TB, bin string, masterPort, quorum int) *SentinelSe
 			fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, SentinelDownAfter.Milliseconds()),
 			fmt.Sprintf("sentinel failover-timeout %s %d", name, SentinelFailoverTimeout.Milliseconds()),
 			fmt.Sprintf("sentinel parallel-syncs %s 1", name),
-		}, "\n") + "\n"
-		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		}
+		if o.password != "" {
+			lines = append(lines, fmt.Sprintf("sentinel auth-pass %s %s", name, o.password))
+		}
+		if o.sentinelPassword != "" {
+			// A Sentinel gives its own requirepass to the other Sentinels.
+			lines = append(lines, "requirepass "+o.sentinelPassword)
+		}
+		text := strings.Join(lines, "\n") + "\n"
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		sn = &SentinelServer{newProcess(t, procSpec{
+		sn = &SentinelServer{password: o.sentinelPassword, Process: newProcess(t, procSpec{
 			name: "redis-sentinel",
 			path: bin,
 			args: []string{conf, "--sentinel"},
 			dir:  dir,
 			port: port,
 			ping: func(ctx context.Context) error {
-				v, err := redisDo(ctx, addr, "PING")
+				v, err := redisDoAs(ctx, addr, o.sentinelPassword, "PING")
 				if err == nil && v != "PONG" {
 					err = fmt.Errorf("PING answered %q", v)
 				}
 				if err != nil {
 					return err
 				}
-				return sentinelQuicken(ctx, addr)
+				return sentinelQuicken(ctx, addr, o.sentinelPassword)
 			},
 		})}
 		return sn.start()
@@ -159,8 +180,8 @@ func startSentinel(t testing.TB, bin string, masterPort, quorum int) *SentinelSe
 // (a process starved on a loaded machine) stops acting for the tilt period,
 // 30 seconds, which a test waiting for a failover would wait out. Older
 // Sentinels refuse the command and keep their periods: slower, not wrong.
-func sentinelQuicken(ctx context.Context, addr string) error {
-	_, err := redisDo(ctx, addr, "SENTINEL", "DEBUG",
+func sentinelQuicken(ctx context.Context, addr, password string) error {
+	_, err := redisDoAs(ctx, addr, password, "SENTINEL", "DEBUG",
 		"info-period", "1000", "publish-period", "1000", "tilt-period", "5000")
 	if _, refused := err.(redisError); refused {
 		return nil
@@ -231,7 +252,7 @@ func (s *RedisSentinelServer) WaitFailover(old *RedisServer) *RedisServer {
 		if n == nil {
 			return "the Sentinels name " + addr + ", none of the data servers", false
 		}
-		if role, err := redisRole(ctx, addr); err != nil || role[0] != "master" {
+		if role, err := n.role(ctx); err != nil || role[0] != "master" {
 			return fmt.Sprintf("%s: ROLE %v, %v", addr, role, err), false
 		}
 		promoted = n
@@ -270,7 +291,7 @@ func (s *RedisSentinelServer) masterAddr(ctx context.Context) (string, error) {
 		if sn.Pid() == 0 {
 			continue
 		}
-		v, err := redisDo(ctx, sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sentinelMasterName)
+		v, err := sn.do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sentinelMasterName)
 		if err != nil {
 			return "", fmt.Errorf("sentinel %s: %v", sn.Addr(), err)
 		}
@@ -309,7 +330,7 @@ func (s *RedisSentinelServer) health(ctx context.Context) string {
 	if m == nil || m.Pid() == 0 {
 		return "the Sentinels name " + master + ", which is not a running data server"
 	}
-	if role, err := redisRole(ctx, master); err != nil || role[0] != "master" {
+	if role, err := m.role(ctx); err != nil || role[0] != "master" {
 		return fmt.Sprintf("master %s: ROLE %v, %v", master, role, err)
 	}
 	var replicas []string
@@ -318,7 +339,7 @@ func (s *RedisSentinelServer) health(ctx context.Context) string {
 			continue
 		}
 		replicas = append(replicas, n.Addr())
-		role, err := redisRole(ctx, n.Addr())
+		role, err := n.role(ctx)
 		if err != nil || len(role) < 4 || role[0] != "slave" ||
 			net.JoinHostPort(fmt.Sprint(role[1]), fmt.Sprint(role[2])) != master || role[3] != "connected" {
 			return fmt.Sprintf("replica %s: ROLE %v, %v; want connected to %s", n.Addr(), role, err, master)
@@ -328,7 +349,7 @@ func (s *RedisSentinelServer) health(ctx context.Context) string {
 		if sn.Pid() == 0 {
 			continue
 		}
-		v, err := redisDo(ctx, sn.Addr(), "SENTINEL", "MASTER", sentinelMasterName)
+		v, err := sn.do(ctx, "SENTINEL", "MASTER", sentinelMasterName)
 		if err != nil {
 			return fmt.Sprintf("sentinel %s: %v", sn.Addr(), err)
 		}
@@ -339,7 +360,7 @@ func (s *RedisSentinelServer) health(ctx context.Context) string {
 		if want := strconv.Itoa(len(s.Sentinels) - 1); info["num-other-sentinels"] != want {
 			return fmt.Sprintf("sentinel %s: knows %s other sentinels, want %s", sn.Addr(), info["num-other-sentinels"], want)
 		}
-		v, err = redisDo(ctx, sn.Addr(), "SENTINEL", "REPLICAS", sentinelMasterName)
+		v, err = sn.do(ctx, "SENTINEL", "REPLICAS", sentinelMasterName)
 		if err != nil {
 			return fmt.Sprintf("sentinel %s: %v", sn.Addr(), err)
 		}
@@ -363,7 +384,11 @@ func (s *RedisSentinelServer) health(ctx context.Context) string {
 // redisRole returns the reply to ROLE: ["master", offset, replicas] or
 // ["slave", host, port, state, offset], with the numbers as int64.
 func redisRole(ctx context.Context, addr string) ([]any, error) {
-	v, err := redisDo(ctx, addr, "ROLE")
+	return roleReply(redisDo(ctx, addr, "ROLE"))
+}
+
+// roleReply checks a reply to ROLE (see redisRole).
+func roleReply(v any, err error) ([]any, error) {
 	if err != nil {
 		return []any{""}, err
 	}
