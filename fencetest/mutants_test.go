@@ -14,59 +14,88 @@ import (
 
 // broken lists one broken driver per rule of the contract (driver.go's
 // doc comments and docs/design.md section 3), each with the suite's
-// checks that must catch it.
+// checks that must catch it and a piece of the message they must fail
+// with.
 var broken = map[string]brokenDriver{
 	// Driver.TryAcquire: one attempt, never a wait.
-	"try-acquire-waits": {build: tryAcquireWaits, catch: []string{"TryAcquireHeld"}},
+	"try-acquire-waits": {build: tryAcquireWaits, catch: []string{"TryAcquireHeld"},
+		why: "TryAcquire must never wait for the key"},
 	// Driver.TryAcquire: a held key is refused (rule 1, mutual exclusion).
-	"grants-held-key": {build: grantsHeldKey, catch: []string{"TryAcquireHeld", "MutualExclusion"}},
+	"grants-held-key": {build: grantsHeldKey, catch: []string{"TryAcquireHeld", "MutualExclusion"},
+		why: "driver TryAcquire granted a key held as lock"},
 	// Driver.TryAcquire: the refusal names the holder where the store can.
-	"held-error-names-nobody": {build: heldNamesNobody, catch: []string{"TryAcquireHeld"}},
+	"held-error-names-nobody": {build: heldNamesNobody, catch: []string{"TryAcquireHeld"},
+		why: "HeldError.Holder is nil, though the driver can Inspect"},
 	// Driver.TryAcquire: grant at least the TTL asked (rule 3).
-	"short-grant": {build: shortGrant, catch: []string{"TTLInStore/Grant"}},
+	"short-grant": {build: shortGrant, catch: []string{"TTLInStore/Grant"},
+		why: "after the grant request was sent"},
 	// Claim.Extend: at least the TTL asked from now (rule 3).
-	"short-extend": {build: shortExtend, catch: []string{"TTLInStore/Extend"}},
-	// Claim.Extend: compare-and-extend by owner (rule 4).
-	"extend-ignores-owner": {build: extendAnyone, catch: []string{"ForcedLoss"}},
+	"short-extend": {build: shortExtend, catch: []string{"TTLInStore/Extend"},
+		why: "after the extend request was sent"},
+	// Claim.Extend: ErrNotHeld once the store no longer holds the lease
+	// for this owner (rule 4).
+	"extend-never-refuses": {build: extendNeverRefuses, catch: []string{"ForcedLoss"},
+		why: "lease context not cancelled"},
 	// Claim.Release: compare-and-delete by owner (rule 5).
-	"release-deletes-unconditionally": {build: releaseAnyway, catch: []string{"LocalValidity"}},
+	"release-deletes-unconditionally": {build: releaseAnyway, catch: []string{"LocalValidity"},
+		why: "the expired holder's Release must not touch the new holder"},
 	// Tokens strictly increase (rule 2): after a release...
-	"token-resets-after-release": {build: tokenResets, catch: []string{"Tokens"}},
+	"token-resets-after-release": {build: tokenResets, catch: []string{"Tokens"},
+		why: "release then acquire #1: token 1, not greater than the previous 1"},
 	// ...and after an expiry.
-	"tokens-repeat-after-expiry": {build: tokensRepeatAfterExpiry, catch: []string{"Tokens"}},
+	"tokens-repeat-after-expiry": {build: tokensRepeatAfterExpiry, catch: []string{"Tokens"},
+		why: "acquire after expiry: token"},
 	// State loss never sends tokens back (rule 9).
-	"state-loss-resets-tokens": {build: stateLossResets, catch: []string{"StateLoss"}},
+	"state-loss-resets-tokens": {build: stateLossResets, catch: []string{"StateLoss"},
+		why: "state loss must never send tokens back"},
 	// Bad input gets a clear error and changes nothing (rule 8)...
-	"refusal-leaves-lease": {build: refusalLeavesLease, catch: []string{"BadInput"}},
+	"refusal-leaves-lease": {build: refusalLeavesLease, catch: []string{"BadInput"},
+		why: "a refused request must change nothing"},
 	// ...and is never granted in part.
-	"ttl-capped-silently": {build: ttlCapped, catch: []string{"BadInput"}},
+	"ttl-capped-silently": {build: ttlCapped, catch: []string{"BadInput"},
+		why: "granted, but only in part"},
 	// Request.Kind: each kind is a namespace of its own.
-	"kinds-share-namespace": {build: kindsShare, catch: []string{"Kinds"}},
+	"kinds-share-namespace": {build: kindsShare, catch: []string{"Kinds"},
+		why: "each kind is a namespace of its own"},
 	// KindSemaphore: never more than the limit.
-	"semaphore-admits-one-more": {build: semaphoreOneMore, catch: []string{"Semaphore"}},
+	"semaphore-admits-one-more": {build: semaphoreOneMore, catch: []string{"Semaphore"},
+		why: "TryAcquire on a full semaphore of 3 granted one more"},
 	// KindRead: a waiting writer keeps new readers out.
-	"rw-writer-not-preferred": {build: writerNotPreferred, catch: []string{"RWWriterPreference"}},
+	"rw-writer-not-preferred": {build: writerNotPreferred, catch: []string{"RWWriterPreference"},
+		why: "a waiting writer must keep them out"},
 	// KindWrite: a writer's token is above the readers' before it.
-	"rw-writer-token-below-readers": {build: writerTokensApart, catch: []string{"RWMutex"}},
+	"rw-writer-token-below-readers": {build: writerTokensApart, catch: []string{"RWMutex"},
+		why: "not greater than the earlier readers'"},
 	// Watcher: a release puts a value on the channel (rule 7).
-	"deaf-watch": {build: deafWatch, catch: []string{"Watch"}},
+	"deaf-watch": {build: deafWatch, catch: []string{"Watch"},
+		why: "no value on the Watch channel"},
 	// Inspector: the true holder and token.
-	"inspect-wrong-holder": {build: inspectWrongHolder, catch: []string{"Inspect"}},
+	"inspect-wrong-holder": {build: inspectWrongHolder, catch: []string{"Inspect"},
+		why: `owner "someone-else"`},
 	// Request.Meta: stored and returned by Inspect.
-	"inspect-loses-metadata": {build: inspectLosesMeta, catch: []string{"Inspect"}},
-	// Lister: sorted by key.
-	"list-unsorted": {build: listUnsorted, catch: []string{"List"}},
+	"inspect-loses-metadata": {build: inspectLosesMeta, catch: []string{"Inspect"},
+		why: "lost job=fencetest"},
+	// ...sorted by key.
+	"list-unsorted": {build: listUnsorted, catch: []string{"List"},
+		why: `["c/d" "b" "a"]`},
 	// WaiterCounter: the contenders waiting now.
-	"waiters-miscounted": {build: waitersMiscounted, catch: []string{"Waiters"}},
+	"waiters-miscounted": {build: waitersMiscounted, catch: []string{"Waiters"},
+		why: "with two contenders waiting = 1"},
 	// LossNotifier: f is called when the session is gone (rule 4).
-	"loss-notifier-never-fires": {session: true, build: notifierNeverFires, catch: []string{"SessionLoss/lock"}},
+	"loss-notifier-never-fires": {session: true, build: notifierNeverFires, catch: []string{"SessionLoss/lock"},
+		why: `want a *LostError with reason "session"`},
 	// SessionClaim: Lost receives the cause when the session is gone.
-	"killed-session-not-reported": {session: true, build: lostNeverSent, catch: []string{"SessionLoss/lock"}},
-	// A semaphore holder whose session is revoked is lost, its slot freed.
-	"revoked-semaphore-holder-not-lost": {session: true, build: semaphoreLossUnreported, catch: []string{"SessionLoss/semaphore"}},
-	"revoked-semaphore-slot-kept":       {session: true, build: semaphoreSlotKept, catch: []string{"SessionLoss/semaphore"}},
+	"killed-session-not-reported": {session: true, build: lostNeverSent, catch: []string{"SessionLoss/lock"},
+		why: `want a *LostError with reason "session"`},
+	// A semaphore holder whose session is revoked is lost...
+	"revoked-semaphore-holder-not-lost": {session: true, build: semaphoreLossUnreported, catch: []string{"SessionLoss/semaphore"},
+		why: `want a *LostError with reason "session"`},
+	// ...and its slot freed at once (rule 6).
+	"revoked-semaphore-slot-kept": {session: true, build: semaphoreSlotKept, catch: []string{"SessionLoss/semaphore"},
+		why: "it must be freed at once"},
 	// BlockingAcquirer: a cancelled wait leaves nothing behind (rule 7).
-	"cancelled-wait-leaves-request": {session: true, build: cancelLeavesRequest, catch: []string{"CancelledWait"}},
+	"cancelled-wait-leaves-request": {session: true, build: cancelLeavesRequest, catch: []string{"CancelledWait"},
+		why: "the cancelled waiter left something behind"},
 }
 
 // mutant is fencemem with some of its methods replaced.
@@ -219,13 +248,13 @@ func shortExtend(b *base) fence.Driver {
 	})}
 }
 
-// extendAnyone extends the key's lease whoever holds it.
-func extendAnyone(b *base) fence.Driver {
-	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(req fence.Request, c fence.Claim) fence.Claim {
+// extendNeverRefuses reports success from every Extend, held or not (a
+// compare-and-extend without the compare would fail only where the key
+// is free; this one never does, so that no timing decides the catch).
+func extendNeverRefuses(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(_ fence.Request, c fence.Claim) fence.Claim {
 		return &mutantClaim{Claim: c, extend: func(ctx context.Context, ttl time.Duration) error {
-			if _, err := b.store.Inspect(ctx, req.Key); err != nil {
-				return fmt.Errorf("%w: free", fence.ErrNotHeld)
-			}
+			_ = c.Extend(ctx, ttl)
 			return nil
 		}}
 	})}
