@@ -45,6 +45,9 @@ type brokenDriver struct {
 	// why is a piece of the message the checks must fail with: the
 	// reason meant, not another one (a timeout, a side effect).
 	why string
+	// perClient builds a driver on every Open, for broken drivers whose
+	// state is one client's (its session); build then runs once per Open.
+	perClient bool
 }
 
 // baselines are the unbroken bases: the whole suite must pass on them.
@@ -175,7 +178,11 @@ func TestBrokenDriver(t *testing.T) {
 	if bd.session {
 		b.sess = newSessionDriver(b.store)
 	}
-	drv := bd.build(b)
+	open := func() fence.Driver { return bd.build(b) }
+	if !bd.perClient {
+		drv := bd.build(b)
+		open = func() fence.Driver { return drv }
+	}
 	fencetest.Run(t, fencetest.Config{
 		SingleProcess: true,
 		TTL:           300 * time.Millisecond,
@@ -200,6 +207,6 @@ func TestBrokenDriver(t *testing.T) {
 			}
 			return st
 		},
-		Open: func(string) (fence.Driver, func() error, error) { return drv, nil, nil },
+		Open: func(string) (fence.Driver, func() error, error) { return open(), nil, nil },
 	})
 }

@@ -93,9 +93,20 @@ var broken = map[string]brokenDriver{
 	// ...and its slot freed at once (rule 6).
 	"revoked-semaphore-slot-kept": {session: true, build: semaphoreSlotKept, catch: []string{"SessionLoss/semaphore"},
 		why: "it must be freed at once"},
-	// BlockingAcquirer: a cancelled wait leaves nothing behind (rule 7).
+	// A driver whose session was killed carries on with a new one.
+	"killed-session-reused": {session: true, perClient: true, build: reusesDeadSession,
+		catch: []string{"SessionLoss/lock", "SessionLoss/semaphore", "SessionLoss/read"},
+		why:   "on the client whose session was killed"},
+	// BlockingAcquirer: a cancelled wait leaves nothing behind (rule 7)...
 	"cancelled-wait-leaves-request": {session: true, build: cancelLeavesRequest, catch: []string{"CancelledWait"},
 		why: "the cancelled waiter left something behind"},
+	// ...nor does a writer's: a writer that gives up lets readers in, at
+	// once where the store queues waiters...
+	"cancelled-writer-leaves-request": {session: true, build: cancelledWriterStays, catch: []string{"CancelledWait"},
+		why: "after a writer gave up its wait"},
+	// ...and once its mark lapses where the store keeps one (KindRead).
+	"writer-mark-never-lapses": {build: writerMarkStays, catch: []string{"CancelledWait"},
+		why: "after a writer gave up its wait"},
 }
 
 // mutant is fencemem with some of its methods replaced.
@@ -545,4 +556,105 @@ func cancelLeavesRequest(b *base) fence.Driver {
 		}
 	}
 	return b.sess
+}
+
+// cancelledWriterStays leaves a writer's cancelled wait queued in the
+// "store", as a lock call left pending in a server would: new readers
+// stay out behind it as behind a waiting writer, until the store grants
+// it (to nobody) once the readers are gone.
+func cancelledWriterStays(b *base) fence.Driver {
+	var mu sync.Mutex
+	pending := map[string]fence.Request{}
+	b.sess.onCancel = func(req fence.Request) {
+		if req.Kind == fence.KindWrite {
+			mu.Lock()
+			pending[req.Key] = req
+			mu.Unlock()
+		}
+	}
+	b.sess.refuse = func(req fence.Request) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		_, queued := pending[req.Key]
+		return queued && req.Kind == fence.KindRead
+	}
+	b.sess.afterRelease = func(key string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if req, ok := pending[key]; ok {
+			if _, err := b.store.TryAcquire(context.Background(), req); err == nil {
+				delete(pending, key)
+			}
+		}
+	}
+	return b.sess
+}
+
+// writerMarkStays keeps new readers out once a writer was refused, until
+// a writer is granted: the mark of a writer that gave up never lapses.
+func writerMarkStays(b *base) fence.Driver {
+	var mu sync.Mutex
+	marked := map[string]bool{}
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if req.Kind == fence.KindRead && marked[req.Key] {
+			return nil, &fence.HeldError{Key: req.Key}
+		}
+		c, err := b.store.TryAcquire(ctx, req)
+		if req.Kind == fence.KindWrite {
+			marked[req.Key] = errors.Is(err, fence.ErrHeld)
+		}
+		return c, err
+	}}
+}
+
+// reusesDeadSession is one client's driver with a session of its own (the
+// claims it got), which it keeps using once the store killed it: every
+// later acquisition fails, as a client that never opens a new session
+// after its old one expired.
+func reusesDeadSession(b *base) fence.Driver {
+	return &deadSessionDriver{sessionDriver: b.sess}
+}
+
+type deadSessionDriver struct {
+	*sessionDriver
+
+	mu   sync.Mutex
+	mine []*session
+}
+
+// dead returns an error once the store killed a session of this client.
+func (d *deadSessionDriver) dead() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.mine {
+		if err := s.err(); err != nil {
+			return fmt.Errorf("session expired (%v)", err)
+		}
+	}
+	return nil
+}
+
+func (d *deadSessionDriver) keep(c fence.Claim, err error) (fence.Claim, error) {
+	if s, ok := c.(*session); ok {
+		d.mu.Lock()
+		d.mine = append(d.mine, s)
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+func (d *deadSessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.dead(); err != nil {
+		return nil, err
+	}
+	return d.keep(d.sessionDriver.TryAcquire(ctx, req))
+}
+
+func (d *deadSessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.dead(); err != nil {
+		return nil, err
+	}
+	return d.keep(d.sessionDriver.Acquire(ctx, req))
 }
