@@ -15,7 +15,8 @@ import (
 // broken lists one broken driver per rule of the contract (driver.go's
 // doc comments and docs/design.md section 3), each with the suite's
 // checks that must catch it and a piece of the message they must fail
-// with.
+// with. The rules no broken driver here breaks, and why, follow the
+// table.
 var broken = map[string]brokenDriver{
 	// Driver.TryAcquire: one attempt, never a wait.
 	"try-acquire-waits": {build: tryAcquireWaits, catch: []string{"TryAcquireHeld"},
@@ -26,6 +27,12 @@ var broken = map[string]brokenDriver{
 	// Driver.TryAcquire: the refusal names the holder where the store can.
 	"held-error-names-nobody": {build: heldNamesNobody, catch: []string{"TryAcquireHeld"},
 		why: "HeldError.Holder is nil, though the driver can Inspect"},
+	// Request.SkipHolder: the holder may be left out, the *HeldError not.
+	"skip-holder-drops-held-error": {session: true, build: skipHolderPlainError, catch: []string{"WaitWakes"},
+		why: "waiting Acquire: "},
+	// Request.Key: long keys are mapped, never cut to a common prefix.
+	"long-keys-truncated": {build: longKeysCut, catch: []string{"KeyShapes"},
+		why: "distinct keys must be distinct locks"},
 	// Driver.TryAcquire: grant at least the TTL asked (rule 3).
 	"short-grant": {build: shortGrant, catch: []string{"TTLInStore/Grant"},
 		why: "after the grant request was sent"},
@@ -36,9 +43,17 @@ var broken = map[string]brokenDriver{
 	// for this owner (rule 4).
 	"extend-never-refuses": {build: extendNeverRefuses, catch: []string{"ForcedLoss"},
 		why: "lease context not cancelled"},
-	// Claim.Release: compare-and-delete by owner (rule 5).
+	// Claim.Release: compare-and-delete by owner (rule 5)...
 	"release-deletes-unconditionally": {build: releaseAnyway, catch: []string{"LocalValidity"},
 		why: "the expired holder's Release must not touch the new holder"},
+	// ...and ErrNotHeld once the store no longer holds the lease: a loss
+	// found only at release is still a loss.
+	"release-never-refuses": {build: releaseNeverRefuses, catch: []string{"Release"},
+		why: "the driver's Release must report ErrNotHeld"},
+	// No orphans (rule 6): a holder that stops renewing frees the key
+	// after the TTL.
+	"lease-outlives-ttl": {build: leaseOutlivesTTL, catch: []string{"LocalValidity"},
+		why: "waiter did not get the key after the holder's lease expired"},
 	// Tokens strictly increase (rule 2): after a release...
 	"token-resets-after-release": {build: tokenResets, catch: []string{"Tokens"},
 		why: "release then acquire #1: token 1, not greater than the previous 1"},
@@ -57,9 +72,12 @@ var broken = map[string]brokenDriver{
 	// Request.Kind: each kind is a namespace of its own.
 	"kinds-share-namespace": {build: kindsShare, catch: []string{"Kinds"},
 		why: "each kind is a namespace of its own"},
-	// KindSemaphore: never more than the limit.
+	// KindSemaphore: never more than the limit...
 	"semaphore-admits-one-more": {build: semaphoreOneMore, catch: []string{"Semaphore"},
 		why: "TryAcquire on a full semaphore of 3 granted one more"},
+	// ...and ErrLimitMismatch for a limit other than the holders'.
+	"limit-mismatch-unreported": {build: limitMismatchHidden, catch: []string{"Semaphore"},
+		why: "want ErrLimitMismatch"},
 	// KindRead: a waiting writer keeps new readers out.
 	"rw-writer-not-preferred": {build: writerNotPreferred, catch: []string{"RWWriterPreference"},
 		why: "a waiting writer must keep them out"},
@@ -69,12 +87,18 @@ var broken = map[string]brokenDriver{
 	// Watcher: a release puts a value on the channel (rule 7).
 	"deaf-watch": {build: deafWatch, catch: []string{"Watch"},
 		why: "no value on the Watch channel"},
-	// Inspector: the true holder and token.
+	// Inspector: the true holder and token...
 	"inspect-wrong-holder": {build: inspectWrongHolder, catch: []string{"Inspect"},
 		why: `owner "someone-else"`},
+	// ...and ErrNotHeld for a free key.
+	"inspect-free-key-held": {build: inspectFreeHeld, catch: []string{"Inspect"},
+		why: "Inspect of a free key: <nil>; want ErrNotHeld"},
 	// Request.Meta: stored and returned by Inspect.
 	"inspect-loses-metadata": {build: inspectLosesMeta, catch: []string{"Inspect"},
 		why: "lost job=fencetest"},
+	// Lister: the keys under the prefix only...
+	"list-ignores-prefix": {build: listAll, catch: []string{"List"},
+		why: "-outside"},
 	// ...sorted by key.
 	"list-unsorted": {build: listUnsorted, catch: []string{"List"},
 		why: `["c/d" "b" "a"]`},
@@ -84,6 +108,9 @@ var broken = map[string]brokenDriver{
 	// LossNotifier: f is called when the session is gone (rule 4).
 	"loss-notifier-never-fires": {session: true, build: notifierNeverFires, catch: []string{"SessionLoss/lock"},
 		why: `want a *LostError with reason "session"`},
+	// LossNotifier: f is called at once if the session is gone already.
+	"loss-notifier-misses-early-loss": {session: true, build: notifierMissesEarlyLoss, catch: []string{"SessionLoss/killed-before-registration"},
+		why: "was never reported"},
 	// SessionClaim: Lost receives the cause when the session is gone.
 	"killed-session-not-reported": {session: true, build: lostNeverSent, catch: []string{"SessionLoss/lock"},
 		why: `want a *LostError with reason "session"`},
@@ -108,6 +135,29 @@ var broken = map[string]brokenDriver{
 	"writer-mark-never-lapses": {build: writerMarkStays, catch: []string{"CancelledWait"},
 		why: "after a writer gave up its wait"},
 }
+
+// Rules no broken driver here breaks:
+//   - Driver: safe for concurrent use. Every check runs several clients,
+//     and clients share one driver in the self-test; a data race shows
+//     under -race in the driver's own test, not as a check's failure.
+//   - BlockingAcquirer.Acquire returns ctx's error when ctx is done: the
+//     Client reports the context's cause whatever the driver returns, so
+//     no user sees a break of it.
+//   - Watcher: stops watching when ctx is done; LossNotifier: f called
+//     once and without locks f could need. A break leaks a goroutine or
+//     deadlocks in the driver's process (goleak and the test timeout of
+//     the driver's package), or leaves an entry that Leftovers sees where
+//     the store keeps one.
+//   - Tokens > 0: the Client refuses a claim with a token <= 0 (fence's
+//     own tests), so Tokens cannot see one.
+//   - Rule 2 across a restart or failover of the store, FIFO and
+//     SemaphoreFIFO (Store.Queue), HolderDies, MutualExclusionProcesses
+//     and Partitions in processes: the bases live in one process and
+//     neither restart nor queue; the driver packages' fault tests restart
+//     servers, and rules 1 and 6 are broken in-process above.
+//   - Rule 7's "no tight polling": the Client's own polling has backoff;
+//     a driver's Acquire that spins would cost CPU, which no check
+//     measures.
 
 // mutant is fencemem with some of its methods replaced.
 type mutant struct {
@@ -279,6 +329,53 @@ func releaseAnyway(b *base) fence.Driver {
 			return nil
 		}}
 	})}
+}
+
+// releaseNeverRefuses deletes only its own lease, but reports success
+// from every Release, held or not.
+func releaseNeverRefuses(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(_ fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, release: func(ctx context.Context) error {
+			_ = c.Release(ctx)
+			return nil
+		}}
+	})}
+}
+
+// leaseOutlivesTTL grants and extends a thousand times the TTL asked.
+func leaseOutlivesTTL(b *base) fence.Driver {
+	const more = 1000
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		req.TTL *= more
+		c, err := b.store.TryAcquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return &mutantClaim{Claim: c, extend: func(ctx context.Context, ttl time.Duration) error {
+			return c.Extend(ctx, ttl*more)
+		}}, nil
+	}}
+}
+
+// longKeysCut cuts keys to 250 bytes, as a store with that limit would
+// if its driver did not hash long keys.
+func longKeysCut(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		req.Key = req.Key[:min(len(req.Key), 250)]
+		return b.store.TryAcquire(ctx, req)
+	}}
+}
+
+// limitMismatchHidden answers a request whose limit disagrees with the
+// holders' as if the semaphore were full.
+func limitMismatchHidden(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		c, err := b.store.TryAcquire(ctx, req)
+		if errors.Is(err, fence.ErrLimitMismatch) {
+			return nil, &fence.HeldError{Key: req.Key}
+		}
+		return c, err
+	}}
 }
 
 // tokens numbers a driver's grants itself, per key and kind (readers and
@@ -466,6 +563,24 @@ func inspectLosesMeta(b *base) fence.Driver {
 	}}
 }
 
+// inspectFreeHeld answers Inspect of a free key with an empty holder.
+func inspectFreeHeld(b *base) fence.Driver {
+	return &mutant{Store: b.store, inspect: func(ctx context.Context, key string) (fence.Holder, error) {
+		h, err := b.store.Inspect(ctx, key)
+		if errors.Is(err, fence.ErrNotHeld) {
+			return fence.Holder{Key: key}, nil
+		}
+		return h, err
+	}}
+}
+
+// listAll lists every held key, whatever the prefix.
+func listAll(b *base) fence.Driver {
+	return &mutant{Store: b.store, list: func(ctx context.Context, _ string) ([]fence.Holder, error) {
+		return b.store.List(ctx, "")
+	}}
+}
+
 // listUnsorted lists in reverse key order.
 func listUnsorted(b *base) fence.Driver {
 	return &mutant{Store: b.store, list: func(ctx context.Context, prefix string) ([]fence.Holder, error) {
@@ -483,6 +598,22 @@ func waitersMiscounted(b *base) fence.Driver {
 	}}
 }
 
+// skipHolderPlainError refuses a held key with a plain error, not a
+// *HeldError, when the caller said it needs no holder.
+func skipHolderPlainError(b *base) fence.Driver {
+	return skipHolderBroken{b.sess}
+}
+
+type skipHolderBroken struct{ *sessionDriver }
+
+func (d skipHolderBroken) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := d.sessionDriver.TryAcquire(ctx, req)
+	if req.SkipHolder && errors.Is(err, fence.ErrHeld) {
+		return nil, fmt.Errorf("%q is taken", req.Key)
+	}
+	return c, err
+}
+
 // notifierNeverFires registers the loss function and never calls it.
 func notifierNeverFires(b *base) fence.Driver {
 	b.sess.wrap = func(s *session) fence.Claim { return deafNotifier{s} }
@@ -492,6 +623,21 @@ func notifierNeverFires(b *base) fence.Driver {
 type deafNotifier struct{ *session }
 
 func (deafNotifier) NotifyLost(func(error)) {}
+
+// notifierMissesEarlyLoss registers the loss function, but never hands
+// it a loss that came before.
+func notifierMissesEarlyLoss(b *base) fence.Driver {
+	b.sess.wrap = func(s *session) fence.Claim { return lateNotifier{s} }
+	return b.sess
+}
+
+type lateNotifier struct{ *session }
+
+func (c lateNotifier) NotifyLost(f func(error)) {
+	c.mu.Lock()
+	c.notify = f
+	c.mu.Unlock()
+}
 
 // lostNeverSent is a SessionClaim whose Lost channel never receives.
 func lostNeverSent(b *base) fence.Driver {
