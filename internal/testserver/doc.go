@@ -51,6 +51,12 @@
 // restarted old master rejoins as a replica once the Sentinels reconfigure
 // it; WaitReady waits for that.
 //
+// # Stores that are down or hung
+//
+// ClosedAddr returns a loopback address that refuses connections, as a
+// store that is down; SilentAddr one that accepts them and never
+// answers, as a hung store.
+//
 // # Outside tests
 //
 // Programs that are not tests (the torture tool) pass an *Env where a
