@@ -538,3 +538,31 @@ func TestSilentAddr(t *testing.T) {
 		t.Errorf("read from %s: %d bytes, %v; want nothing until the deadline", addr, n, err)
 	}
 }
+
+const envRerunChild = "TESTSERVER_TEST_RERUN_CHILD"
+
+// TestRerun starts itself as a child, which waits to be killed.
+func TestRerun(t *testing.T) {
+	if os.Getenv(envRerunChild) != "" {
+		fmt.Println("child of", t.Name(), "waits")
+		time.Sleep(time.Minute)
+		t.Error("child not killed")
+		return
+	}
+	t.Run("sub test", func(t *testing.T) {
+		c := Rerun(t, envRerunChild+"=1")
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(c.Output(), "child of TestRerun waits") {
+			if time.Now().After(deadline) {
+				t.Fatalf("child did not start its part; output:\n%s", c.Output())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		pid := c.Pid()
+		c.Kill()
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("child %d after Kill: %v; want it gone", pid, err)
+		}
+		c.Kill() // again: nothing
+	})
+}
