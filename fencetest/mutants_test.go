@@ -282,10 +282,14 @@ func grantsHeldKey(b *base) fence.Driver {
 }
 
 // heldNamesNobody refuses a held key without naming its holder.
-func heldNamesNobody(b *base) fence.Driver {
+func heldNamesNobody(b *base) fence.Driver { return answersHeld(b, fence.ErrHeld) }
+
+// answersHeld answers every refusal matching target with a *HeldError
+// that names no holder.
+func answersHeld(b *base, target error) fence.Driver {
 	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
 		c, err := b.store.TryAcquire(ctx, req)
-		if errors.Is(err, fence.ErrHeld) {
+		if errors.Is(err, target) {
 			return nil, &fence.HeldError{Key: req.Key}
 		}
 		return c, err
@@ -368,15 +372,7 @@ func longKeysCut(b *base) fence.Driver {
 
 // limitMismatchHidden answers a request whose limit disagrees with the
 // holders' as if the semaphore were full.
-func limitMismatchHidden(b *base) fence.Driver {
-	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
-		c, err := b.store.TryAcquire(ctx, req)
-		if errors.Is(err, fence.ErrLimitMismatch) {
-			return nil, &fence.HeldError{Key: req.Key}
-		}
-		return c, err
-	}}
-}
+func limitMismatchHidden(b *base) fence.Driver { return answersHeld(b, fence.ErrLimitMismatch) }
 
 // tokens numbers a driver's grants itself, per key and kind (readers and
 // writers share one sequence unless apart).
