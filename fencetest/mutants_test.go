@@ -60,6 +60,9 @@ var broken = map[string]brokenDriver{
 	// ...and after an expiry.
 	"tokens-repeat-after-expiry": {build: tokensRepeatAfterExpiry, catch: []string{"Tokens"},
 		why: "acquire after expiry: token"},
+	// ...and are > 0 (rule 2), which the Client enforces.
+	"tokens-not-positive": {build: tokensNegative, catch: []string{"Tokens"},
+		why: "driver returned invalid token"},
 	// State loss never sends tokens back (rule 9).
 	"state-loss-resets-tokens": {build: stateLossResets, catch: []string{"StateLoss"},
 		why: "state loss must never send tokens back"},
@@ -148,8 +151,6 @@ var broken = map[string]brokenDriver{
 //     deadlocks in the driver's process (goleak and the test timeout of
 //     the driver's package), or leaves an entry that Leftovers sees where
 //     the store keeps one.
-//   - Tokens > 0: the Client refuses a claim with a token <= 0 (fence's
-//     own tests), so Tokens cannot see one.
 //   - Rule 2 across a restart or failover of the store, FIFO and
 //     SemaphoreFIFO (Store.Queue), HolderDies, MutualExclusionProcesses
 //     and Partitions in processes: the bases live in one process and
@@ -430,6 +431,13 @@ func tokensRepeatAfterExpiry(b *base) fence.Driver {
 			tk.mu.Unlock()
 			return c.Release(ctx)
 		}}
+	})}
+}
+
+// tokensNegative issues every token negated: never positive.
+func tokensNegative(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(_ fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, token: -c.Token()}
 	})}
 }
 
