@@ -331,13 +331,18 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release releases the blob lease. Only the lease's own ID can: if the
-// lease was broken and taken since, the service refuses, and Release
-// returns an error matching fence.ErrNotHeld.
+// Release renews the blob lease, then releases it. Only the lease's own
+// ID can release it, but the service lets it release a lease broken
+// behind its back, which would hide the loss; a renewal is refused for a
+// broken lease as for one taken since. Either refusal returns an error
+// matching fence.ErrNotHeld.
 func (c *claim) Release(ctx context.Context) error {
-	_, err := c.lc.ReleaseLease(ctx, nil)
-	if err != nil {
-		return notHeld("fenceazblob: release "+strconv.Quote(c.key), err)
+	op := "fenceazblob: release " + strconv.Quote(c.key)
+	if _, err := c.lc.RenewLease(ctx, nil); err != nil {
+		return notHeld(op, err)
+	}
+	if _, err := c.lc.ReleaseLease(ctx, nil); err != nil {
+		return notHeld(op, err)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,23 +100,13 @@ func TestDeadWaiterDelaysOthersBriefly(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			cmd := exec.Command(os.Args[0], "-test.run=^TestDeadWaiterDelaysOthersBriefly$", "-test.count=1")
-			cmd.Env = append(os.Environ(),
+			waiter := testserver.Rerun(t,
 				envWaiterEndpoints+"="+strings.Join(srv.Endpoints(), ","),
 				envWaiterKey+"="+key,
 				envWaiterKind+"="+kind)
-			var out strings.Builder
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			deadPID := strconv.Itoa(cmd.Process.Pid)
+			deadPID := strconv.Itoa(waiter.Pid())
 			queued(2)
-			if err := cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			_ = cmd.Wait()
+			waiter.Kill()
 
 			next := newFence(t, newDriver(t, srv.Endpoints()), fence.WithTTL(longTTL))
 			type result struct {
@@ -141,7 +130,7 @@ func TestDeadWaiterDelaysOthersBriefly(t *testing.T) {
 				case r := <-got:
 					took := time.Since(released)
 					if r.err != nil {
-						t.Fatalf("next contender: %v after %v; waiter process output:\n%s", r.err, took, &out)
+						t.Fatalf("next contender: %v after %v; waiter process output:\n%s", r.err, took, waiter.Output())
 					}
 					t.Logf("next contender got the key %v after the holder left", took)
 					if took > 10*time.Second {

@@ -325,69 +325,6 @@ func TestTamperingDetected(t *testing.T) {
 	}
 }
 
-// Through the Client: a lease taken away, by Break or by deleting the
-// store's directory, is noticed at the next renewal and its context
-// cancelled with ErrLost; the next holder's token is greater.
-func TestClientLoss(t *testing.T) {
-	ctx := context.Background()
-	for name, takeAway := range map[string]func(*fencefile.Store) error{
-		"Break":            func(s *fencefile.Store) error { return s.Break("k") },
-		"delete directory": func(s *fencefile.Store) error { return os.RemoveAll(s.Dir()) },
-	} {
-		s := newStore(t)
-		c := fence.New(s)
-		l, err := c.Acquire(ctx, "k", fence.WithTTL(300*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := takeAway(s); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-l.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: lease not lost 10s later", name)
-		}
-		if !errors.Is(l.Err(), fence.ErrLost) {
-			t.Errorf("%s: cause = %v, want ErrLost", name, l.Err())
-		}
-		l2, err := c.TryAcquire(ctx, "k")
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if l2.Token() <= l.Token() {
-			t.Errorf("%s: next token %d, not above the lost lease's %d", name, l2.Token(), l.Token())
-		}
-		if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
-			t.Errorf("%s: old Release = %v, want ErrLost", name, err)
-		}
-		if err := l2.Release(ctx); err != nil {
-			t.Errorf("%s: new holder's Release: %v", name, err)
-		}
-	}
-}
-
-// Waiting through the Client's polling picks the key up soon after it is
-// released.
-func TestClientWaits(t *testing.T) {
-	ctx := context.Background()
-	c := fence.New(newStore(t))
-	l, err := c.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.AfterFunc(100*time.Millisecond, func() { l.Release(ctx) })
-	start := time.Now()
-	l2, err := c.Acquire(ctx, "k", fence.WithWait(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Release(ctx)
-	if l2.Token() <= l.Token() || time.Since(start) > 5*time.Second {
-		t.Errorf("token %d after %v", l2.Token(), time.Since(start))
-	}
-}
-
 func TestCorruptRecordNeverGoesBack(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)

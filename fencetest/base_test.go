@@ -24,6 +24,7 @@ type sessionDriver struct {
 
 	// Hooks for broken drivers; nil in the unbroken one.
 	wrap         func(*session) fence.Claim // what TryAcquire returns for a session
+	refuse       func(fence.Request) bool   // TryAcquire refuses the request as held
 	onCancel     func(fence.Request)        // a blocking Acquire ended by its context
 	afterRelease func(key string)           // a claim was released
 	killKeeps    func(fence.Kind) bool      // a killed session's lease stays in the store
@@ -55,6 +56,9 @@ type session struct {
 }
 
 func (d *sessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if d.refuse != nil && d.refuse(req) {
+		return nil, &fence.HeldError{Key: req.Key}
+	}
 	c, err := d.Store.TryAcquire(ctx, req)
 	if err != nil {
 		return nil, err
@@ -85,17 +89,26 @@ func (d *sessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.C
 		}
 		var held *fence.HeldError
 		if !errors.As(err, &held) {
+			if ctx.Err() != nil {
+				d.cancelled(req)
+			}
 			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			if d.onCancel != nil {
-				d.onCancel(req)
-			}
+			d.cancelled(req)
 			return nil, ctx.Err()
 		case <-ch:
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// cancelled is a blocking Acquire ended by its context, whether in its
+// wait or in a try.
+func (d *sessionDriver) cancelled(req fence.Request) {
+	if d.onCancel != nil {
+		d.onCancel(req)
 	}
 }
 

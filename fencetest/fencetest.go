@@ -77,14 +77,19 @@
 //     Store.KillSession is given: the session of a lock's, a semaphore
 //     slot's and a reader's holder killed in the store ends the lease
 //     promptly with LossSession, frees the key for the waiting contender
-//     with a greater token, and the holder's client acquires again.
+//     with a greater token, and the holder's client acquires again; a
+//     session killed before its loss could be received (a driver-level
+//     claim, its LossNotifier registered or Lost read only after the
+//     kill) is still reported.
 //   - StateLoss (rule 9), where Store.Wipe is given: once the store has
 //     lost everything of a key, counters included, the next tokens of
 //     every kind are still greater.
 //   - HolderDies (rule 6): a holder process killed with SIGKILL stops
 //     holding: at once for session-bound stores, after the TTL otherwise.
 //   - Release (Claim.Release, rule 5): a second Release reports
-//     ErrReleased; Release after loss reports ErrLost.
+//     ErrReleased; Release after loss reports ErrLost, also where the
+//     loss shows only at the release (the lease deleted in the store and
+//     no renewal since).
 //   - Inspect (Inspector, Request.Meta) and List (Lister), where the
 //     driver implements them: the true holder, token and metadata; keys
 //     under a prefix, sorted.
@@ -851,6 +856,22 @@ func (s *suite) release(t *testing.T) {
 		t.Errorf("Renew of a released lease succeeded")
 	}
 	mustRelease(t, ctx, l2)
+
+	// A loss found only at release is still a loss (rule 5). Without a
+	// renewal to notice it first, only the driver's Release (ErrNotHeld)
+	// can tell that the store no longer held the lease.
+	l3 := mustAcquire(t, ctx, a, key, fence.WithoutRenewal())
+	if err := s.store.Delete(ctx, key); err != nil {
+		t.Fatalf("Store.Delete(%q): %v", key, err)
+	}
+	if err := l3.Release(ctx); !errors.Is(err, fence.ErrLost) {
+		t.Errorf("Release of a lease the store no longer held: %v; want ErrLost: the driver's Release must report ErrNotHeld", err)
+	}
+	l4 := mustAcquire(t, ctx, b, key)
+	if l4.Token() <= l3.Token() {
+		t.Errorf("token %d after the lost lease's %d", l4.Token(), l3.Token())
+	}
+	mustRelease(t, ctx, l4)
 }
 
 func (s *suite) inspect(t *testing.T) {

@@ -14,60 +14,151 @@ import (
 
 // broken lists one broken driver per rule of the contract (driver.go's
 // doc comments and docs/design.md section 3), each with the suite's
-// checks that must catch it.
+// checks that must catch it and a piece of the message they must fail
+// with. The rules no broken driver here breaks, and why, follow the
+// table.
 var broken = map[string]brokenDriver{
 	// Driver.TryAcquire: one attempt, never a wait.
-	"try-acquire-waits": {build: tryAcquireWaits, catch: []string{"TryAcquireHeld"}},
+	"try-acquire-waits": {build: tryAcquireWaits, catch: []string{"TryAcquireHeld"},
+		why: "TryAcquire must never wait for the key"},
 	// Driver.TryAcquire: a held key is refused (rule 1, mutual exclusion).
-	"grants-held-key": {build: grantsHeldKey, catch: []string{"TryAcquireHeld", "MutualExclusion"}},
+	"grants-held-key": {build: grantsHeldKey, catch: []string{"TryAcquireHeld", "MutualExclusion"},
+		why: "driver TryAcquire granted a key held as lock"},
 	// Driver.TryAcquire: the refusal names the holder where the store can.
-	"held-error-names-nobody": {build: heldNamesNobody, catch: []string{"TryAcquireHeld"}},
+	"held-error-names-nobody": {build: heldNamesNobody, catch: []string{"TryAcquireHeld"},
+		why: "HeldError.Holder is nil, though the driver can Inspect"},
+	// Request.SkipHolder: the holder may be left out, the *HeldError not.
+	"skip-holder-drops-held-error": {session: true, build: skipHolderPlainError, catch: []string{"WaitWakes"},
+		why: "waiting Acquire: "},
+	// Request.Key: long keys are mapped, never cut to a common prefix.
+	"long-keys-truncated": {build: longKeysCut, catch: []string{"KeyShapes"},
+		why: "distinct keys must be distinct locks"},
 	// Driver.TryAcquire: grant at least the TTL asked (rule 3).
-	"short-grant": {build: shortGrant, catch: []string{"TTLInStore/Grant"}},
+	"short-grant": {build: shortGrant, catch: []string{"TTLInStore/Grant"},
+		why: "after the grant request was sent"},
 	// Claim.Extend: at least the TTL asked from now (rule 3).
-	"short-extend": {build: shortExtend, catch: []string{"TTLInStore/Extend"}},
-	// Claim.Extend: compare-and-extend by owner (rule 4).
-	"extend-ignores-owner": {build: extendAnyone, catch: []string{"ForcedLoss"}},
-	// Claim.Release: compare-and-delete by owner (rule 5).
-	"release-deletes-unconditionally": {build: releaseAnyway, catch: []string{"LocalValidity"}},
+	"short-extend": {build: shortExtend, catch: []string{"TTLInStore/Extend"},
+		why: "after the extend request was sent"},
+	// Claim.Extend: ErrNotHeld once the store no longer holds the lease
+	// for this owner (rule 4).
+	"extend-never-refuses": {build: extendNeverRefuses, catch: []string{"ForcedLoss"},
+		why: "lease context not cancelled"},
+	// Claim.Release: compare-and-delete by owner (rule 5)...
+	"release-deletes-unconditionally": {build: releaseAnyway, catch: []string{"LocalValidity"},
+		why: "the expired holder's Release must not touch the new holder"},
+	// ...and ErrNotHeld once the store no longer holds the lease: a loss
+	// found only at release is still a loss.
+	"release-never-refuses": {build: releaseNeverRefuses, catch: []string{"Release"},
+		why: "the driver's Release must report ErrNotHeld"},
+	// No orphans (rule 6): a holder that stops renewing frees the key
+	// after the TTL.
+	"lease-outlives-ttl": {build: leaseOutlivesTTL, catch: []string{"LocalValidity"},
+		why: "waiter did not get the key after the holder's lease expired"},
 	// Tokens strictly increase (rule 2): after a release...
-	"token-resets-after-release": {build: tokenResets, catch: []string{"Tokens"}},
+	"token-resets-after-release": {build: tokenResets, catch: []string{"Tokens"},
+		why: "release then acquire #1: token 1, not greater than the previous 1"},
 	// ...and after an expiry.
-	"tokens-repeat-after-expiry": {build: tokensRepeatAfterExpiry, catch: []string{"Tokens"}},
+	"tokens-repeat-after-expiry": {build: tokensRepeatAfterExpiry, catch: []string{"Tokens"},
+		why: "acquire after expiry: token"},
+	// ...and are > 0 (rule 2), which the Client enforces.
+	"tokens-not-positive": {build: tokensNegative, catch: []string{"Tokens"},
+		why: "driver returned invalid token"},
 	// State loss never sends tokens back (rule 9).
-	"state-loss-resets-tokens": {build: stateLossResets, catch: []string{"StateLoss"}},
+	"state-loss-resets-tokens": {build: stateLossResets, catch: []string{"StateLoss"},
+		why: "state loss must never send tokens back"},
 	// Bad input gets a clear error and changes nothing (rule 8)...
-	"refusal-leaves-lease": {build: refusalLeavesLease, catch: []string{"BadInput"}},
+	"refusal-leaves-lease": {build: refusalLeavesLease, catch: []string{"BadInput"},
+		why: "a refused request must change nothing"},
 	// ...and is never granted in part.
-	"ttl-capped-silently": {build: ttlCapped, catch: []string{"BadInput"}},
+	"ttl-capped-silently": {build: ttlCapped, catch: []string{"BadInput"},
+		why: "granted, but only in part"},
 	// Request.Kind: each kind is a namespace of its own.
-	"kinds-share-namespace": {build: kindsShare, catch: []string{"Kinds"}},
-	// KindSemaphore: never more than the limit.
-	"semaphore-admits-one-more": {build: semaphoreOneMore, catch: []string{"Semaphore"}},
+	"kinds-share-namespace": {build: kindsShare, catch: []string{"Kinds"},
+		why: "each kind is a namespace of its own"},
+	// KindSemaphore: never more than the limit...
+	"semaphore-admits-one-more": {build: semaphoreOneMore, catch: []string{"Semaphore"},
+		why: "TryAcquire on a full semaphore of 3 granted one more"},
+	// ...and ErrLimitMismatch for a limit other than the holders'.
+	"limit-mismatch-unreported": {build: limitMismatchHidden, catch: []string{"Semaphore"},
+		why: "want ErrLimitMismatch"},
 	// KindRead: a waiting writer keeps new readers out.
-	"rw-writer-not-preferred": {build: writerNotPreferred, catch: []string{"RWWriterPreference"}},
+	"rw-writer-not-preferred": {build: writerNotPreferred, catch: []string{"RWWriterPreference"},
+		why: "a waiting writer must keep them out"},
 	// KindWrite: a writer's token is above the readers' before it.
-	"rw-writer-token-below-readers": {build: writerTokensApart, catch: []string{"RWMutex"}},
+	"rw-writer-token-below-readers": {build: writerTokensApart, catch: []string{"RWMutex"},
+		why: "not greater than the earlier readers'"},
 	// Watcher: a release puts a value on the channel (rule 7).
-	"deaf-watch": {build: deafWatch, catch: []string{"Watch"}},
-	// Inspector: the true holder and token.
-	"inspect-wrong-holder": {build: inspectWrongHolder, catch: []string{"Inspect"}},
+	"deaf-watch": {build: deafWatch, catch: []string{"Watch"},
+		why: "no value on the Watch channel"},
+	// Inspector: the true holder and token...
+	"inspect-wrong-holder": {build: inspectWrongHolder, catch: []string{"Inspect"},
+		why: `owner "someone-else"`},
+	// ...and ErrNotHeld for a free key.
+	"inspect-free-key-held": {build: inspectFreeHeld, catch: []string{"Inspect"},
+		why: "Inspect of a free key: <nil>; want ErrNotHeld"},
 	// Request.Meta: stored and returned by Inspect.
-	"inspect-loses-metadata": {build: inspectLosesMeta, catch: []string{"Inspect"}},
-	// Lister: sorted by key.
-	"list-unsorted": {build: listUnsorted, catch: []string{"List"}},
+	"inspect-loses-metadata": {build: inspectLosesMeta, catch: []string{"Inspect"},
+		why: "lost job=fencetest"},
+	// Lister: the keys under the prefix only...
+	"list-ignores-prefix": {build: listAll, catch: []string{"List"},
+		why: "-outside"},
+	// ...sorted by key.
+	"list-unsorted": {build: listUnsorted, catch: []string{"List"},
+		why: `["c/d" "b" "a"]`},
 	// WaiterCounter: the contenders waiting now.
-	"waiters-miscounted": {build: waitersMiscounted, catch: []string{"Waiters"}},
+	"waiters-miscounted": {build: waitersMiscounted, catch: []string{"Waiters"},
+		why: "with two contenders waiting = 1"},
 	// LossNotifier: f is called when the session is gone (rule 4).
-	"loss-notifier-never-fires": {session: true, build: notifierNeverFires, catch: []string{"SessionLoss/lock"}},
+	"loss-notifier-never-fires": {session: true, build: notifierNeverFires, catch: []string{"SessionLoss/lock"},
+		why: `want a *LostError with reason "session"`},
+	// LossNotifier: f is called at once if the session is gone already.
+	"loss-notifier-misses-early-loss": {session: true, build: notifierMissesEarlyLoss, catch: []string{"SessionLoss/killed-before-registration"},
+		why: "was never reported"},
 	// SessionClaim: Lost receives the cause when the session is gone.
-	"killed-session-not-reported": {session: true, build: lostNeverSent, catch: []string{"SessionLoss/lock"}},
-	// A semaphore holder whose session is revoked is lost, its slot freed.
-	"revoked-semaphore-holder-not-lost": {session: true, build: semaphoreLossUnreported, catch: []string{"SessionLoss/semaphore"}},
-	"revoked-semaphore-slot-kept":       {session: true, build: semaphoreSlotKept, catch: []string{"SessionLoss/semaphore"}},
-	// BlockingAcquirer: a cancelled wait leaves nothing behind (rule 7).
-	"cancelled-wait-leaves-request": {session: true, build: cancelLeavesRequest, catch: []string{"CancelledWait"}},
+	"killed-session-not-reported": {session: true, build: lostNeverSent, catch: []string{"SessionLoss/lock"},
+		why: `want a *LostError with reason "session"`},
+	// A semaphore holder whose session is revoked is lost...
+	"revoked-semaphore-holder-not-lost": {session: true, build: semaphoreLossUnreported, catch: []string{"SessionLoss/semaphore"},
+		why: `want a *LostError with reason "session"`},
+	// ...and its slot freed at once (rule 6).
+	"revoked-semaphore-slot-kept": {session: true, build: semaphoreSlotKept, catch: []string{"SessionLoss/semaphore"},
+		why: "it must be freed at once"},
+	// A driver whose session was killed carries on with a new one.
+	"killed-session-reused": {session: true, perClient: true, build: reusesDeadSession,
+		catch: []string{"SessionLoss/lock", "SessionLoss/semaphore", "SessionLoss/read"},
+		why:   "on the client whose session was killed"},
+	// BlockingAcquirer: a cancelled wait leaves nothing behind (rule 7)...
+	"cancelled-wait-leaves-request": {session: true, build: cancelLeavesRequest, catch: []string{"CancelledWait"},
+		why: "the cancelled waiter left something behind"},
+	// ...nor does a writer's: a writer that gives up lets readers in, at
+	// once where the store queues waiters...
+	"cancelled-writer-leaves-request": {session: true, build: cancelledWriterStays, catch: []string{"CancelledWait"},
+		why: "after a writer gave up its wait"},
+	// ...and once its mark lapses where the store keeps one (KindRead).
+	"writer-mark-never-lapses": {build: writerMarkStays, catch: []string{"CancelledWait"},
+		why: "after a writer gave up its wait"},
 }
+
+// Rules no broken driver here breaks:
+//   - Driver: safe for concurrent use. Every check runs several clients,
+//     and clients share one driver in the self-test; a data race shows
+//     under -race in the driver's own test, not as a check's failure.
+//   - BlockingAcquirer.Acquire returns ctx's error when ctx is done: the
+//     Client reports the context's cause whatever the driver returns, so
+//     no user sees a break of it.
+//   - Watcher: stops watching when ctx is done; LossNotifier: f called
+//     once and without locks f could need. A break leaks a goroutine or
+//     deadlocks in the driver's process (goleak and the test timeout of
+//     the driver's package), or leaves an entry that Leftovers sees where
+//     the store keeps one.
+//   - Rule 2 across a restart or failover of the store, FIFO and
+//     SemaphoreFIFO (Store.Queue), HolderDies, MutualExclusionProcesses
+//     and Partitions in processes: the bases live in one process and
+//     neither restart nor queue; the driver packages' fault tests restart
+//     servers, and rules 1 and 6 are broken in-process above.
+//   - Rule 7's "no tight polling": the Client's own polling has backoff;
+//     a driver's Acquire that spins would cost CPU, which no check
+//     measures.
 
 // mutant is fencemem with some of its methods replaced.
 type mutant struct {
@@ -192,10 +283,14 @@ func grantsHeldKey(b *base) fence.Driver {
 }
 
 // heldNamesNobody refuses a held key without naming its holder.
-func heldNamesNobody(b *base) fence.Driver {
+func heldNamesNobody(b *base) fence.Driver { return answersHeld(b, fence.ErrHeld) }
+
+// answersHeld answers every refusal matching target with a *HeldError
+// that names no holder.
+func answersHeld(b *base, target error) fence.Driver {
 	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
 		c, err := b.store.TryAcquire(ctx, req)
-		if errors.Is(err, fence.ErrHeld) {
+		if errors.Is(err, target) {
 			return nil, &fence.HeldError{Key: req.Key}
 		}
 		return c, err
@@ -219,13 +314,13 @@ func shortExtend(b *base) fence.Driver {
 	})}
 }
 
-// extendAnyone extends the key's lease whoever holds it.
-func extendAnyone(b *base) fence.Driver {
-	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(req fence.Request, c fence.Claim) fence.Claim {
+// extendNeverRefuses reports success from every Extend, held or not (a
+// compare-and-extend without the compare would fail only where the key
+// is free; this one never does, so that no timing decides the catch).
+func extendNeverRefuses(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(_ fence.Request, c fence.Claim) fence.Claim {
 		return &mutantClaim{Claim: c, extend: func(ctx context.Context, ttl time.Duration) error {
-			if _, err := b.store.Inspect(ctx, req.Key); err != nil {
-				return fmt.Errorf("%w: free", fence.ErrNotHeld)
-			}
+			_ = c.Extend(ctx, ttl)
 			return nil
 		}}
 	})}
@@ -240,6 +335,45 @@ func releaseAnyway(b *base) fence.Driver {
 		}}
 	})}
 }
+
+// releaseNeverRefuses deletes only its own lease, but reports success
+// from every Release, held or not.
+func releaseNeverRefuses(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(_ fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, release: func(ctx context.Context) error {
+			_ = c.Release(ctx)
+			return nil
+		}}
+	})}
+}
+
+// leaseOutlivesTTL grants and extends a thousand times the TTL asked.
+func leaseOutlivesTTL(b *base) fence.Driver {
+	const more = 1000
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		req.TTL *= more
+		c, err := b.store.TryAcquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return &mutantClaim{Claim: c, extend: func(ctx context.Context, ttl time.Duration) error {
+			return c.Extend(ctx, ttl*more)
+		}}, nil
+	}}
+}
+
+// longKeysCut cuts keys to 250 bytes, as a store with that limit would
+// if its driver did not hash long keys.
+func longKeysCut(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		req.Key = req.Key[:min(len(req.Key), 250)]
+		return b.store.TryAcquire(ctx, req)
+	}}
+}
+
+// limitMismatchHidden answers a request whose limit disagrees with the
+// holders' as if the semaphore were full.
+func limitMismatchHidden(b *base) fence.Driver { return answersHeld(b, fence.ErrLimitMismatch) }
 
 // tokens numbers a driver's grants itself, per key and kind (readers and
 // writers share one sequence unless apart).
@@ -297,6 +431,13 @@ func tokensRepeatAfterExpiry(b *base) fence.Driver {
 			tk.mu.Unlock()
 			return c.Release(ctx)
 		}}
+	})}
+}
+
+// tokensNegative issues every token negated: never positive.
+func tokensNegative(b *base) fence.Driver {
+	return &mutant{Store: b.store, tryAcquire: claims(b.store, func(_ fence.Request, c fence.Claim) fence.Claim {
+		return &mutantClaim{Claim: c, token: -c.Token()}
 	})}
 }
 
@@ -426,6 +567,24 @@ func inspectLosesMeta(b *base) fence.Driver {
 	}}
 }
 
+// inspectFreeHeld answers Inspect of a free key with an empty holder.
+func inspectFreeHeld(b *base) fence.Driver {
+	return &mutant{Store: b.store, inspect: func(ctx context.Context, key string) (fence.Holder, error) {
+		h, err := b.store.Inspect(ctx, key)
+		if errors.Is(err, fence.ErrNotHeld) {
+			return fence.Holder{Key: key}, nil
+		}
+		return h, err
+	}}
+}
+
+// listAll lists every held key, whatever the prefix.
+func listAll(b *base) fence.Driver {
+	return &mutant{Store: b.store, list: func(ctx context.Context, _ string) ([]fence.Holder, error) {
+		return b.store.List(ctx, "")
+	}}
+}
+
 // listUnsorted lists in reverse key order.
 func listUnsorted(b *base) fence.Driver {
 	return &mutant{Store: b.store, list: func(ctx context.Context, prefix string) ([]fence.Holder, error) {
@@ -443,6 +602,22 @@ func waitersMiscounted(b *base) fence.Driver {
 	}}
 }
 
+// skipHolderPlainError refuses a held key with a plain error, not a
+// *HeldError, when the caller said it needs no holder.
+func skipHolderPlainError(b *base) fence.Driver {
+	return skipHolderBroken{b.sess}
+}
+
+type skipHolderBroken struct{ *sessionDriver }
+
+func (d skipHolderBroken) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := d.sessionDriver.TryAcquire(ctx, req)
+	if req.SkipHolder && errors.Is(err, fence.ErrHeld) {
+		return nil, fmt.Errorf("%q is taken", req.Key)
+	}
+	return c, err
+}
+
 // notifierNeverFires registers the loss function and never calls it.
 func notifierNeverFires(b *base) fence.Driver {
 	b.sess.wrap = func(s *session) fence.Claim { return deafNotifier{s} }
@@ -452,6 +627,21 @@ func notifierNeverFires(b *base) fence.Driver {
 type deafNotifier struct{ *session }
 
 func (deafNotifier) NotifyLost(func(error)) {}
+
+// notifierMissesEarlyLoss registers the loss function, but never hands
+// it a loss that came before.
+func notifierMissesEarlyLoss(b *base) fence.Driver {
+	b.sess.wrap = func(s *session) fence.Claim { return lateNotifier{s} }
+	return b.sess
+}
+
+type lateNotifier struct{ *session }
+
+func (c lateNotifier) NotifyLost(f func(error)) {
+	c.mu.Lock()
+	c.notify = f
+	c.mu.Unlock()
+}
 
 // lostNeverSent is a SessionClaim whose Lost channel never receives.
 func lostNeverSent(b *base) fence.Driver {
@@ -516,4 +706,105 @@ func cancelLeavesRequest(b *base) fence.Driver {
 		}
 	}
 	return b.sess
+}
+
+// cancelledWriterStays leaves a writer's cancelled wait queued in the
+// "store", as a lock call left pending in a server would: new readers
+// stay out behind it as behind a waiting writer, until the store grants
+// it (to nobody) once the readers are gone.
+func cancelledWriterStays(b *base) fence.Driver {
+	var mu sync.Mutex
+	pending := map[string]fence.Request{}
+	b.sess.onCancel = func(req fence.Request) {
+		if req.Kind == fence.KindWrite {
+			mu.Lock()
+			pending[req.Key] = req
+			mu.Unlock()
+		}
+	}
+	b.sess.refuse = func(req fence.Request) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		_, queued := pending[req.Key]
+		return queued && req.Kind == fence.KindRead
+	}
+	b.sess.afterRelease = func(key string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if req, ok := pending[key]; ok {
+			if _, err := b.store.TryAcquire(context.Background(), req); err == nil {
+				delete(pending, key)
+			}
+		}
+	}
+	return b.sess
+}
+
+// writerMarkStays keeps new readers out once a writer was refused, until
+// a writer is granted: the mark of a writer that gave up never lapses.
+func writerMarkStays(b *base) fence.Driver {
+	var mu sync.Mutex
+	marked := map[string]bool{}
+	return &mutant{Store: b.store, tryAcquire: func(ctx context.Context, req fence.Request) (fence.Claim, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if req.Kind == fence.KindRead && marked[req.Key] {
+			return nil, &fence.HeldError{Key: req.Key}
+		}
+		c, err := b.store.TryAcquire(ctx, req)
+		if req.Kind == fence.KindWrite {
+			marked[req.Key] = errors.Is(err, fence.ErrHeld)
+		}
+		return c, err
+	}}
+}
+
+// reusesDeadSession is one client's driver with a session of its own (the
+// claims it got), which it keeps using once the store killed it: every
+// later acquisition fails, as a client that never opens a new session
+// after its old one expired.
+func reusesDeadSession(b *base) fence.Driver {
+	return &deadSessionDriver{sessionDriver: b.sess}
+}
+
+type deadSessionDriver struct {
+	*sessionDriver
+
+	mu   sync.Mutex
+	mine []*session
+}
+
+// dead returns an error once the store killed a session of this client.
+func (d *deadSessionDriver) dead() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.mine {
+		if err := s.err(); err != nil {
+			return fmt.Errorf("session expired (%v)", err)
+		}
+	}
+	return nil
+}
+
+func (d *deadSessionDriver) keep(c fence.Claim, err error) (fence.Claim, error) {
+	if s, ok := c.(*session); ok {
+		d.mu.Lock()
+		d.mine = append(d.mine, s)
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+func (d *deadSessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.dead(); err != nil {
+		return nil, err
+	}
+	return d.keep(d.sessionDriver.TryAcquire(ctx, req))
+}
+
+func (d *deadSessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.dead(); err != nil {
+		return nil, err
+	}
+	return d.keep(d.sessionDriver.Acquire(ctx, req))
 }

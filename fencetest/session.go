@@ -18,6 +18,7 @@ func (s *suite) sessionLoss(t *testing.T) {
 		t.Skip("Store.KillSession not given: leases are not bound to a session in the store")
 	}
 	drv := s.driver(t)
+	t.Run("killed-before-registration", func(t *testing.T) { s.lossBeforeRegistration(t, drv) })
 	for _, k := range kinds(drv) {
 		if k == fence.KindWrite {
 			continue // a reader's loss frees the key for a writer: both sides are seen
@@ -104,6 +105,48 @@ func (s *suite) sessionLoss(t *testing.T) {
 			}
 			mustRelease(t, ctx, l3)
 		})
+	}
+}
+
+// lossBeforeRegistration kills a driver-level claim's session before
+// anyone listens for its loss: the driver must still report it, to a
+// LossNotifier's function registered afterwards ("at once if it is gone
+// already"), or on Lost. The Client registers right after the grant, so
+// only a kill in between takes this path; here it is taken on purpose.
+func (s *suite) lossBeforeRegistration(t *testing.T, drv fence.Driver) {
+	ctx := s.ctx(t)
+	key := s.key(t, "k")
+	c, err := drv.TryAcquire(ctx, s.request(key, fence.KindLock))
+	if err != nil {
+		t.Fatalf("driver TryAcquire: %v", err)
+	}
+	defer func() { _ = c.Release(ctx) }()
+	sc, ok := c.(fence.SessionClaim)
+	if !ok {
+		t.Fatalf("the driver's claim (%T) is not a fence.SessionClaim, though Store.KillSession is given", c)
+	}
+	if err := s.store.KillSession(ctx, key, fence.KindLock); err != nil {
+		t.Fatalf("Store.KillSession(%q): %v", key, err)
+	}
+	time.Sleep(s.cfg.TTL / 4) // time for the driver to learn of it first
+	reported := sc.Lost()
+	if ln, ok := c.(fence.LossNotifier); ok {
+		ch := make(chan error, 1)
+		ln.NotifyLost(func(cause error) {
+			select {
+			case ch <- cause:
+			default:
+			}
+		})
+		reported = ch
+	}
+	select {
+	case cause := <-reported:
+		if cause == nil {
+			t.Errorf("the loss of a killed session was reported with a nil cause")
+		}
+	case <-time.After(s.slack()):
+		t.Errorf("a session killed before its loss function was registered (or Lost read) was never reported: a driver must report a loss that came first, at once")
 	}
 }
 

@@ -2,7 +2,6 @@ package fencezk_test
 
 import (
 	"errors"
-	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -11,24 +10,11 @@ import (
 	"github.com/fencing/fence/internal/testserver"
 )
 
-// closedPort returns a loopback address where nothing listens: a port
-// that was free a moment ago.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // TestDialRefusedIsPrompt: Dial to a port where nothing listens says
 // "connection refused" at once, instead of waiting out the session
 // timeout for a session that cannot come.
 func TestDialRefusedIsPrompt(t *testing.T) {
-	addr := closedPort(t)
+	addr := testserver.ClosedAddr(t)
 	start := time.Now()
 	d, err := fencezk.Dial([]string{addr}, 30*time.Second)
 	took := time.Since(start)
@@ -49,14 +35,10 @@ func TestDialRefusedIsPrompt(t *testing.T) {
 // never answers (a hung server, a blackholing middlebox) is not a refusal:
 // Dial waits for it, bounded by the session timeout as before.
 func TestDialWaitsForSilentServer(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close() // never accepted: the kernel completes the handshakes
+	addr := testserver.SilentAddr(t)
 	const timeout = 2 * time.Second
 	start := time.Now()
-	d, err := fencezk.Dial([]string{l.Addr().String()}, timeout)
+	d, err := fencezk.Dial([]string{addr}, timeout)
 	took := time.Since(start)
 	if err == nil {
 		d.Close()
@@ -76,7 +58,7 @@ func TestDialWaitsForSilentServer(t *testing.T) {
 // working one comes last 1 time in 4.)
 func TestDialRefusedBySomeServers(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
-	d, err := fencezk.Dial([]string{closedPort(t), closedPort(t), closedPort(t), srv.Addr()}, sessionTimeout)
+	d, err := fencezk.Dial([]string{testserver.ClosedAddr(t), testserver.ClosedAddr(t), testserver.ClosedAddr(t), srv.Addr()}, sessionTimeout)
 	if err != nil {
 		t.Fatalf("Dial with three of four servers refusing: %v", err)
 	}

@@ -2,7 +2,6 @@ package fencezk_test
 
 import (
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"testing"
@@ -54,12 +53,7 @@ func TestDeadWaiterCostsAtMostItsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDeadWaiterCostsAtMostItsSession$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envWaiterAddr+"="+srv.Addr(), envWaiterKey+"="+key)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waiter := testserver.Rerun(t, envWaiterAddr+"="+srv.Addr(), envWaiterKey+"="+key)
 	// The waiter's child: not the one its TryAcquire puts and deletes
 	// again before the wait, but one that stays (the same two children
 	// for half a second).
@@ -74,20 +68,17 @@ func TestDeadWaiterCostsAtMostItsSession(t *testing.T) {
 		}
 		last = kids
 		if time.Now().After(deadline) {
-			t.Fatalf("the waiter process queued no child that stays: %q", kids)
+			t.Fatalf("the waiter process queued no child that stays: %q; its output:\n%s", kids, waiter.Output())
 		}
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	waiter.Kill()
 	killed := time.Now()
-	_ = cmd.Wait()
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The dead waiter is first now, and named as holder until its
 	// session expires.
-	if h, err := holder.Inspect(ctx, key); err != nil || h.Meta["pid"] != strconv.Itoa(cmd.Process.Pid) {
+	if h, err := holder.Inspect(ctx, key); err != nil || h.Meta["pid"] != strconv.Itoa(waiter.Pid()) {
 		t.Logf("Inspect right after the holder left: %+v, %v", h, err)
 	}
 	next := newFence(t, dial(t, srv.Addr(), sessionTimeout))

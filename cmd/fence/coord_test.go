@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -10,23 +9,11 @@ import (
 	"github.com/fencing/fence/internal/testserver"
 )
 
-// closedAddr returns a loopback address where nothing listens: a port
-// that was free a moment ago.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestClosedPortAnswersPromptly: etcd and ZooKeeper on a port where
 // nothing listens say "connection refused" at once, as the other network
 // stores do, instead of waiting 20 s and then blaming a firewall.
 func TestClosedPortAnswersPromptly(t *testing.T) {
-	addr := closedAddr(t)
+	addr := testserver.ClosedAddr(t)
 	e := newEnv(t)
 	for _, url := range []string{"etcd://" + addr, "etcd://u:secret@" + addr, "zk://" + addr} {
 		t.Run(strings.SplitN(url, ":", 2)[0], func(t *testing.T) {
@@ -96,7 +83,7 @@ func TestZooKeeperTTLWithinSessionTimeout(t *testing.T) {
 // is no reason to fail.
 func TestEtcdOneEndpointRefusing(t *testing.T) {
 	srv := testserver.Etcd(t)
-	closed := closedAddr(t)
+	closed := testserver.ClosedAddr(t)
 	e := newEnv(t)
 	for _, hosts := range []string{closed + "," + srv.Addr(), srv.Addr() + "," + closed} {
 		r := e.run("status", "--store", "etcd://"+hosts, "--key", "k")

@@ -3,12 +3,12 @@ package storeurl_test
 import (
 	"context"
 	"errors"
-	"net"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/internal/testserver"
 )
 
 // TestEtcdUnreachable: opening an etcd store whose endpoint refuses
@@ -16,23 +16,12 @@ import (
 // connections but never answers is waited for until the caller's
 // context ends, and then fails with that, not later.
 func TestEtcdUnreachable(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close() // silent: never accepted, the kernel completes handshakes
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed.Close()
-
 	for _, tc := range []struct {
 		name, addr string
 		want       error
 	}{
-		{"refused", closed.Addr().String(), syscall.ECONNREFUSED},
-		{"silent", l.Addr().String(), context.DeadlineExceeded},
+		{"refused", testserver.ClosedAddr(t), syscall.ECONNREFUSED},
+		{"silent", testserver.SilentAddr(t), context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const limit = 2 * time.Second

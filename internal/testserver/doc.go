@@ -63,6 +63,18 @@
 // restarted old master rejoins as a replica once the Sentinels reconfigure
 // it; WaitReady waits for that.
 //
+// # Stores that are down or hung, processes that die
+//
+// ClosedAddr returns a loopback address that refuses connections, as a
+// store that is down; SilentAddr one that accepts them and never
+// answers, as a hung store. Rerun starts a copy of the test binary that
+// runs the calling test only, for the test to kill with SIGKILL as a
+// waiter or holder that dies:
+//
+//	if os.Getenv("MY_WAITER") != "" { /* the child's part */ return }
+//	w := testserver.Rerun(t, "MY_WAITER=1") // w.Pid(), w.Output()
+//	w.Kill()
+//
 // # Outside tests
 //
 // Programs that are not tests (the torture tool) pass an *Env where a

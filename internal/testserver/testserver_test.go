@@ -507,3 +507,62 @@ func TestRedisSentinel(t *testing.T) {
 		}
 	}
 }
+
+func TestClosedAddr(t *testing.T) {
+	a, b := ClosedAddr(t), ClosedAddr(t)
+	if a == b {
+		t.Errorf("ClosedAddr twice = %s: want two ports", a)
+	}
+	for _, addr := range []string{a, b} {
+		start := time.Now()
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err == nil {
+			c.Close()
+			t.Fatalf("dial %s succeeded; want a refusal", addr)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > 5*time.Second {
+			t.Errorf("dial %s: %v after %v; want a refusal at once", addr, err, time.Since(start))
+		}
+	}
+}
+
+func TestSilentAddr(t *testing.T) {
+	addr := SilentAddr(t)
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v; want a connection", addr, err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read from %s: %d bytes, %v; want nothing until the deadline", addr, n, err)
+	}
+}
+
+const envRerunChild = "TESTSERVER_TEST_RERUN_CHILD"
+
+// TestRerun starts itself as a child, which waits to be killed.
+func TestRerun(t *testing.T) {
+	if os.Getenv(envRerunChild) != "" {
+		fmt.Println("child of", t.Name(), "waits")
+		time.Sleep(time.Minute)
+		t.Error("child not killed")
+		return
+	}
+	t.Run("sub test", func(t *testing.T) {
+		c := Rerun(t, envRerunChild+"=1")
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(c.Output(), "child of TestRerun waits") {
+			if time.Now().After(deadline) {
+				t.Fatalf("child did not start its part; output:\n%s", c.Output())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		pid := c.Pid()
+		c.Kill()
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("child %d after Kill: %v; want it gone", pid, err)
+		}
+		c.Kill() // again: nothing
+	})
+}

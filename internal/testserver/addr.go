@@ -1,0 +1,52 @@
+package testserver
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Addresses for tests of how a client meets a store that is down or hung.
+
+// ClosedAddr returns a loopback address (host:port) where nothing listens:
+// a connection to it is refused at once, as by a store that is down. The
+// port comes from below the kernel's ephemeral range, like the servers'
+// (see Ports), so no outgoing connection takes it, and no server of this
+// test binary is started on it. Each call returns another port.
+func ClosedAddr(tb testing.TB) string {
+	tb.Helper()
+	for range 10 {
+		port, err := freePort(0)
+		if err != nil {
+			tb.Fatalf("testserver: %v", err)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err == nil {
+			c.Close() // taken by another test binary's server since: next
+			continue
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return addr
+		}
+	}
+	tb.Fatal("testserver: found no loopback port that refuses connections")
+	return ""
+}
+
+// SilentAddr returns the address of a loopback listener that never
+// accepts: the kernel completes every handshake and nothing ever answers,
+// as with a hung store or a middlebox that swallows traffic. It is closed
+// when the test ends.
+func SilentAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("testserver: %v", err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return l.Addr().String()
+}
