@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -103,18 +102,6 @@ func jsonStrings(t *testing.T, out string) []string {
 	return strs
 }
 
-// closedPort returns a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // TestCredentialsBadParameter: a URL with a parameter its driver refuses
 // is a usage error that shows the URL with its credentials hidden, and
 // the parameter and every other part as given.
@@ -179,7 +166,7 @@ func TestCredentialsBadParameter(t *testing.T) {
 func TestCredentialsUnreachable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	addr := closedPort(t)
+	addr := testserver.ClosedAddr(t)
 	const pw = "s3cret-pw"
 	var cases []credCase
 	for _, store := range []string{

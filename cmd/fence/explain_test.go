@@ -17,21 +17,16 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/internal/testserver"
 )
 
 // Real network errors, as drivers return them wrapped, get a hint that
 // names the address and says what to check.
 func TestHints(t *testing.T) {
-	// A port nothing listens on: bind one, note it, close it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := testserver.ClosedAddr(t)
 	_, refused := net.DialTimeout("tcp", closed, 10*time.Second)
 	if refused == nil {
-		t.Skip("something listens on a port just closed")
+		t.Fatalf("a connection to %s (testserver.ClosedAddr) was accepted", closed)
 	}
 	timeout := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 9, 9, 9), Port: 6379}, Err: os.ErrDeadlineExceeded}
 	dns := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "redsi.example", IsNotFound: true}}

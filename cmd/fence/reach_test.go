@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/internal/testserver"
 )
 
 // TestEveryStoreClosedPortAnswersPromptly: a store URL of every network
@@ -15,7 +16,7 @@ import (
 // and as JSON; none waits out the 20 s fence gives a store to open.
 func TestEveryStoreClosedPortAnswersPromptly(t *testing.T) {
 	t.Parallel()
-	addr := closedPort(t)
+	addr := testserver.ClosedAddr(t)
 	// The URL of each scheme, with %[1]s for the closed address.
 	urls := map[string]string{
 		"azblob":          "azblob://%[1]s/devstoreaccount1/locks?sv=2024-08-04&sig=c2ln",

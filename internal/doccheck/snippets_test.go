@@ -291,7 +291,7 @@ func TestBrokenSnippetsFail(t *testing.T) {
 	root := repoRoot(t)
 	broken := map[string]string{
 		// The README's example as it once was: err declared twice.
-		"redeclared": "store, err := fenceredis.New(redisClient)\nif err != nil {\n\treturn err\n}\nc := fence.New(store)\nerr := c.Run(ctx, \"k\", nil)\n_ = err\n",
+		"redeclared":  "store, err := fenceredis.New(redisClient)\nif err != nil {\n\treturn err\n}\nc := fence.New(store)\nerr := c.Run(ctx, \"k\", nil)\n_ = err\n",
 		"no-such-api": "lease, err := fence.New(nil).Grab(ctx, \"k\")\n",
 		"placeholder": "if err != nil { ... }\n",
 		"wrong-type":  "var d time.Duration = \"10s\"\n_ = d\n",
