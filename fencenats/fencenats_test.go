@@ -105,16 +105,10 @@ func conformanceStore(t *testing.T, connect string) fencetest.Store {
 				return nil, err
 			}
 			name := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Name
-			js := connectJS(t, parts[0])
-			s, err := js.Stream(ctx, name)
+			s, err := connectJS(t, parts[0]).Stream(ctx, name)
 			if err != nil {
 				return nil, err
 			}
-			info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+parts[1]+"."+d.Name(prefix)+">"))
-			if err != nil {
-				return nil, err
-			}
-			_ = info
 			return leftovers(ctx, kv, d, prefix, s)
 		},
 	}
@@ -122,8 +116,10 @@ func conformanceStore(t *testing.T, connect string) fencetest.Store {
 
 func connectJS(t *testing.T, url string) jetstream.JetStream { return connect(t, url) }
 
-// leftovers lists the subjects under prefix whose last message is not an
-// operator's delete marker.
+// leftovers lists the subjects under prefix that still hold a message,
+// but those whose last message is an operator's delete marker (what
+// Store.Delete leaves: kv.Delete writes a DEL marker). The driver's own
+// releases purge, and their PURGE markers must end with their TTL.
 func leftovers(ctx context.Context, kv jetstream.KeyValue, d *fencenats.Driver, prefix string, s jetstream.Stream) ([]string, error) {
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+kv.Bucket()+".>"))
 	if err != nil {
@@ -136,8 +132,14 @@ func leftovers(ctx context.Context, kv jetstream.KeyValue, d *fencenats.Driver, 
 		if !strings.HasPrefix(name, enc) {
 			continue
 		}
-		e, err := kv.Get(ctx, name)
-		if errors.Is(err, jetstream.ErrKeyDeleted) && e.Operation() == jetstream.KeyValueDelete {
+		m, err := s.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // gone since Info (a marker's TTL ran out)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.Header.Get("KV-Operation") == "DEL" {
 			continue
 		}
 		left = append(left, subj)
