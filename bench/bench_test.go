@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // The Go benchmarks share one set of servers, started on first use and

@@ -281,7 +281,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	if libs := libraryVersions(); libs != "" {
 		pr("- libraries: %s\n", libs)
 	}
-	pr("- servers: %s, each private, on loopback, started by `internal/testserver` "+
+	pr("- servers: %s, each private, on loopback, started by `internal/testkit/testserver` "+
 		"(Redis without persistence; PostgreSQL with fsync off; etcd with its defaults for its version)\n", strings.Join(vs, ", "))
 	c := rep.Config
 	pr("- every contender asks for a %v TTL, so nothing renews or expires during a measurement\n", TTL)

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // Stores are the stores the benchmark knows, in report order.
@@ -35,7 +35,7 @@ type Servers struct {
 }
 
 // StartServers starts a private server for each of stores with
-// internal/testserver; tb is a test, or a testserver.Env in a command.
+// internal/testkit/testserver; tb is a test, or a testserver.Env in a command.
 // The servers end with tb's cleanups.
 func StartServers(tb testing.TB, stores []string) *Servers {
 	tb.Helper()

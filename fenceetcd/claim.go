@@ -8,8 +8,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/delayq"
-	"github.com/fencing/fence/internal/lossnote"
+	"github.com/fencing/fence/internal/kit/delayq"
+	"github.com/fencing/fence/internal/kit/lossnote"
 )
 
 // claim is one granted lease: the holder's queue entry.

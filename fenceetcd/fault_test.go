@@ -16,7 +16,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fenceetcd"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func ctxT(t *testing.T) context.Context {

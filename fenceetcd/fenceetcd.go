@@ -83,9 +83,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/delayq"
-	"github.com/fencing/fence/internal/keyenc"
-	"github.com/fencing/fence/internal/metajson"
+	"github.com/fencing/fence/internal/kit/delayq"
+	"github.com/fencing/fence/internal/kit/keyenc"
+	"github.com/fencing/fence/internal/kit/metajson"
 )
 
 // DefaultPrefix is where the driver keeps its keys unless WithPrefix says

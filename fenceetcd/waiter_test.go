@@ -15,7 +15,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fenceetcd"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // longTTL is the fence command's default TTL: its sessions last 90 s, far

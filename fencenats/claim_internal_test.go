@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // TestExtendAfterLostReply: an extend went through but its reply was lost,

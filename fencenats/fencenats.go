@@ -70,7 +70,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/keyenc"
+	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
 // DefaultBucket is the bucket a Driver uses when the caller names none.

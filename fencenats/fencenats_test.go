@@ -14,7 +14,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencenats"
 	"github.com/fencing/fence/fencetest"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) {

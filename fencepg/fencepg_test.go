@@ -17,7 +17,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencepg"
 	"github.com/fencing/fence/fencetest"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/metajson"
+	"github.com/fencing/fence/internal/kit/metajson"
 )
 
 var errDriverClosed = errors.New("fencepg: driver closed")

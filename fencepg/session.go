@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/delayq"
-	"github.com/fencing/fence/internal/lossnote"
+	"github.com/fencing/fence/internal/kit/delayq"
+	"github.com/fencing/fence/internal/kit/lossnote"
 )
 
 // SessionDriver is session mode: a fence.Driver whose lease is a session

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // BenchmarkHandoff measures the time from a holder's Release to the next

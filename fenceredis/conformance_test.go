@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencetest"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 const suiteTTL = 2 * time.Second // generous: renewals must fit under heavy CI load

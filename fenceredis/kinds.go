@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/metajson"
+	"github.com/fencing/fence/internal/kit/metajson"
 )
 
 // Semaphores and reader-writer locks (Store only; Redlock does neither).

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func kindReq(key, owner string, k fence.Kind, limit int, ttl time.Duration) fence.Request {

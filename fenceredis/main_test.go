@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) {

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/metajson"
+	"github.com/fencing/fence/internal/kit/metajson"
 )
 
 // The Lua scripts: every store operation is one of them, atomic on the

@@ -20,7 +20,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencesql"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }

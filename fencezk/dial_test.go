@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence/fencezk"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // TestDialRefusedIsPrompt: Dial to a port where nothing listens says

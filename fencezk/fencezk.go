@@ -76,7 +76,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/keyenc"
+	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
 // DefaultRoot is the znode under which the driver keeps its queues unless

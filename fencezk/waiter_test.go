@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencezk"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // The environment of a waiter process (see runWaiterProcess).

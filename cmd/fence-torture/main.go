@@ -31,8 +31,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencing/fence/internal/testserver"
-	"github.com/fencing/fence/internal/torture"
+	"github.com/fencing/fence/cmd/internal/torture"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 const (

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencing/fence/internal/torture"
+	"github.com/fencing/fence/cmd/internal/torture"
 )
 
 func TestMain(m *testing.M) {

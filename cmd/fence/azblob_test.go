@@ -14,7 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/fencing/fence/fenceazblob"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // TestAzblobStore runs fence against a private Azurite through an

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // TestClosedPortAnswersPromptly: etcd and ZooKeeper on a port where

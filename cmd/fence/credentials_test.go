@@ -21,7 +21,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // credCase is a fence command line whose output, as text and as JSON,

@@ -12,7 +12,7 @@ import (
 	"syscall"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 )
 
 // hint returns what the user can do about err, or "" if fence cannot

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/cmd/internal/storeurl"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // Real network errors, as drivers return them wrapped, get a hint that
@@ -166,7 +166,7 @@ func TestUnreachableNetworkStores(t *testing.T) {
 		t.Logf("%s: %s", u.Scheme, r.stderr)
 	}
 	if tried == 0 {
-		t.Skip("no network store is registered in internal/storeurl yet")
+		t.Skip("no network store is registered in cmd/internal/storeurl yet")
 	}
 }
 

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 )
 
 // Exit codes. CMD's own status passes through "fence run" unchanged.

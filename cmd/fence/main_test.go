@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencing/fence/fencefile"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // fenceBin is the fence binary under test, built once by TestMain.

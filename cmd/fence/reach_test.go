@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/cmd/internal/storeurl"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // TestEveryStoreClosedPortAnswersPromptly: a store URL of every network

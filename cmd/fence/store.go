@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 )
 
 // storeTimeout bounds opening the store and each one-shot call to it

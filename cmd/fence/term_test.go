@@ -200,7 +200,7 @@ func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + 
 func newTmux(t *testing.T, e *env, cmdline ...string) *tmux {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
-		// As internal/testserver.Unavailable, which this package cannot
+		// As internal/testkit/testserver.Unavailable, which this package cannot
 		// import outside Linux.
 		if v := strings.ToLower(os.Getenv("FENCE_TEST_STRICT")); v == "1" || v == "true" || v == "yes" {
 			t.Fatal("tmux is not installed (Debian package tmux; scripts/test installs it) (FENCE_TEST_STRICT=1: a missing program fails the test)")

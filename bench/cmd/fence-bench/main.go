@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence/bench"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func main() {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/cmd/internal/storeurl"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // TestEtcdUnreachable: opening an etcd store whose endpoint refuses

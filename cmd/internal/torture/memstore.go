@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 	"github.com/fencing/fence/fencemem"
-	"github.com/fencing/fence/internal/storeurl"
 )
 
 // The "mem" store of the torture tool: a fencemem.Store in the parent

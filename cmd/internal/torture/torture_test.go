@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) {

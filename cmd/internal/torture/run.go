@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencing/fence/internal/faultproxy"
+	"github.com/fencing/fence/internal/testkit/faultproxy"
 )
 
 // Fault is a fault plan: what the parent does to the workers, the network

@@ -101,7 +101,7 @@ func TestRepoRoot(t *testing.T) {
 		t.Fatal("RepoRoot() found no go.mod with module " + ModulePath)
 	}
 	wd, _ := os.Getwd()
-	if rel, err := filepath.Rel(root, wd); err != nil || rel != filepath.Join("internal", "testserver") {
+	if rel, err := filepath.Rel(root, wd); err != nil || rel != filepath.Join("internal", "testkit", "testserver") {
 		t.Errorf("RepoRoot() = %q, working directory %q", root, wd)
 	}
 	// A nested module (like a future bench/go.mod) is skipped over.

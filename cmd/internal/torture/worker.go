@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
-	"github.com/fencing/fence/internal/storeurl"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 )
 
 // WorkerEnv is the environment variable that makes a process a torture

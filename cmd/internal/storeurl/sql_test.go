@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 	"github.com/fencing/fence/fencemysql"
 	"github.com/fencing/fence/fencepg"
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func TestOpenPostgres(t *testing.T) {

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 	"github.com/fencing/fence/fenceetcd"
 	"github.com/fencing/fence/fencenats"
 	"github.com/fencing/fence/fencezk"
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // useStore opens raw, takes and releases a key through it, and closes it.

@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 	"github.com/fencing/fence/fenceredis"
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // openAndLock opens raw, takes a lease on key and returns its token.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencepg"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // pgRegister is the fenced register as a PostgreSQL table, guarded by

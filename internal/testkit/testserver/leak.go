@@ -8,5 +8,5 @@ import "go.uber.org/goleak"
 //
 //	func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }
 func IgnoreLeaks() goleak.Option {
-	return goleak.IgnoreAnyFunction("github.com/fencing/fence/internal/testserver.spawnLoop")
+	return goleak.IgnoreAnyFunction("github.com/fencing/fence/internal/testkit/testserver.spawnLoop")
 }

@@ -184,7 +184,7 @@ func source(s snippet, name string) (string, error) {
 // complaints, declared-and-unused variables left out.
 func compile(t *testing.T, root string, snips []snippet) []string {
 	t.Helper()
-	dir := filepath.Join(root, "internal", "doccheck", "snippets_gen")
+	dir := filepath.Join(root, "cmd", "internal", "doccheck", "snippets_gen")
 	tmp := t.TempDir()
 	overlay := map[string]string{}
 	add := func(name, src string) {
@@ -211,7 +211,7 @@ func compile(t *testing.T, root string, snips []snippet) []string {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(goTool(), "build", "-gcflags=-e", "-overlay", ov, "./internal/doccheck/snippets_gen")
-	cmd.Dir = root
+	cmd.Dir = filepath.Join(root, "cmd") // the module that requires every store
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return nil
@@ -253,7 +253,7 @@ func docs(t *testing.T, root string) []string {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/cmd/internal/storeurl"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
-// Stores on private servers that the tool starts through internal/testserver
+// Stores on private servers that the tool starts through internal/testkit/testserver
 // (and kills at the end). Each needs its driver's URL scheme registered in
-// internal/storeurl; kinds whose driver is not built in say so.
+// cmd/internal/storeurl; kinds whose driver is not built in say so.
 
 func init() {
 	server := func(name, scheme, about string, open func(env *testserver.Env) (*Store, error)) {

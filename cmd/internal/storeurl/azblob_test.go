@@ -12,9 +12,9 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/sas"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 	"github.com/fencing/fence/fenceazblob"
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // clearAzureEnv keeps the machine's own Azure settings out of a test.

@@ -15,10 +15,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/cmd/internal/storeurl"
 	"github.com/fencing/fence/fencefile"
 	"github.com/fencing/fence/fencemem"
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }

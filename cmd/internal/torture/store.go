@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing/fence/internal/storeurl"
-	"github.com/fencing/fence/internal/testserver"
+	"github.com/fencing/fence/cmd/internal/storeurl"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // Store is a store under torture, opened once for any number of plans.
@@ -77,7 +77,7 @@ func (s *Store) notApplicable(f Fault) string {
 }
 
 // kind is a store the tool can set up itself: a private server from
-// internal/testserver, or one that needs no server.
+// internal/testkit/testserver, or one that needs no server.
 type kind struct {
 	about  string
 	scheme string // the driver's URL scheme; "" for the tool's own
