@@ -12,13 +12,13 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemem"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // hooked wraps a fencemem.Store so tests can make the store slow, failing
 // or forgetful at chosen moments.
@@ -581,7 +581,7 @@ func TestCancelledWaitLeavesNoWatch(t *testing.T) {
 		t.Errorf("Acquire with an expiring context: %v; want DeadlineExceeded", err)
 	}
 	l.Release(ctx)
-	// goleak in TestMain checks that no watch goroutine is left.
+	// leakcheck in TestMain checks that no watch goroutine is left.
 }
 
 // queued is a BlockingAcquirer whose store queue makes Acquire wait before

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
+	leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
 // server starts a private Azurite and returns the connect string of a new

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/fencing/fence"
@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
+	leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
 // ttl is the lease TTL of the tests: etcd's smallest lease TTL is a few

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencefile"
@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(holderEnv); dir != "" {
 		os.Exit(holderMain(dir, os.Getenv(holderKeyEnv), os.Getenv(holderKindEnv)))
 	}
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 func holderMain(dir, key, kind string) int {

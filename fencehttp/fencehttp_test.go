@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencehttp"
 	"github.com/fencing/fence/fencemem"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // docStore is the protected resource: documents written with the token
 // of the write that last changed them.

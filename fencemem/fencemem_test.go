@@ -6,14 +6,14 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemem"
 	"github.com/fencing/fence/fencetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // No Store.Wipe: a Store keeps nothing outside its process, and a new one
 // starts its tokens at 1 again, as documented (fencemem is for tests of

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 	_ "github.com/go-sql-driver/mysql"
-	"go.uber.org/goleak"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemysql"
@@ -18,7 +18,7 @@ import (
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks()) }
 
 func openDB(t testing.TB, dsn string) *sql.DB {
 	t.Helper()

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencenats"
@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
+	leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
 // ttl is the tests' lease TTL; per-message TTLs have a granularity of one

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencepg"
@@ -20,7 +20,7 @@ import (
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks()) }
 
 // server starts a private PostgreSQL with fencepg's tables.
 func server(t *testing.T) (*testserver.PostgresServer, *pgxpool.Pool) {

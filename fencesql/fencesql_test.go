@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"go.uber.org/goleak"
 	_ "modernc.org/sqlite"
 
 	"github.com/fencing/fence"
@@ -23,7 +23,7 @@ import (
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks()) }
 
 func open(t *testing.T, driver, dsn string) *sql.DB {
 	t.Helper()

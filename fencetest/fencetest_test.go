@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemem"
 	"github.com/fencing/fence/fencetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // The suite must catch broken drivers. Each driver in broken (mutants_test.go)
 // is one of two unbroken bases with one rule of the contract broken. The

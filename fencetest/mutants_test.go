@@ -148,7 +148,7 @@ var broken = map[string]brokenDriver{
 //     no user sees a break of it.
 //   - Watcher: stops watching when ctx is done; LossNotifier: f called
 //     once and without locks f could need. A break leaks a goroutine or
-//     deadlocks in the driver's process (goleak and the test timeout of
+//     deadlocks in the driver's process (leakcheck and the test timeout of
 //     the driver's package), or leaves an entry that Leftovers sees where
 //     the store keeps one.
 //   - Rule 2 across a restart or failover of the store, FIFO and

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencetest"
@@ -26,7 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, testserver.IgnoreLeaks())
+	leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
 // The tests' lease TTL and session timeout: the TTL may not exceed the

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 
 	"github.com/fencing/fence/fencefile"
 	"github.com/fencing/fence/internal/testkit/testserver"
@@ -44,8 +44,8 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	if code == 0 {
-		if err := goleak.Find(testserver.IgnoreLeaks()); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
+		if err := leakcheck.Find(testserver.IgnoreLeaks()); err != nil {
+			fmt.Fprintln(os.Stderr, "leakcheck:", err)
 			code = 1
 		}
 	}

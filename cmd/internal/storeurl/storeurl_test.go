@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/fencing/fence/internal/testkit/leakcheck"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/cmd/internal/storeurl"
@@ -21,7 +21,7 @@ import (
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testserver.IgnoreLeaks()) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks()) }
 
 func TestOpenFile(t *testing.T) {
 	ctx := context.Background()

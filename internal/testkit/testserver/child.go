@@ -24,7 +24,7 @@ type Child struct {
 // child's part instead of its own. The child is killed when the test
 // ends, and by the kernel if the test binary dies first, so it never
 // outlives the test. Like the servers, it is forked from this package's
-// spawner thread, which goleak must be told of (IgnoreLeaks).
+// spawner thread, which leakcheck must be told of (IgnoreLeaks).
 func Rerun(tb testing.TB, env ...string) *Child {
 	tb.Helper()
 	parts := strings.Split(tb.Name(), "/")
