@@ -72,6 +72,7 @@ require (
 	github.com/fencing/fence/fencenats v0.0.0
 	github.com/fencing/fence/fencepg v0.0.0
 	github.com/fencing/fence/fenceredis v0.0.0
+	github.com/fencing/fence/fencesql v0.0.0
 	github.com/fencing/fence/fencezk v0.0.0
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -95,8 +96,6 @@ replace github.com/fencing/fence/fencepg => ../fencepg
 
 replace github.com/fencing/fence/fencemysql => ../fencemysql
 
-replace github.com/fencing/fence/fencesql => ../fencesql
-
 replace github.com/fencing/fence/fenceetcd => ../fenceetcd
 
 replace github.com/fencing/fence/fencezk => ../fencezk
@@ -104,3 +103,5 @@ replace github.com/fencing/fence/fencezk => ../fencezk
 replace github.com/fencing/fence/fencenats => ../fencenats
 
 replace github.com/fencing/fence/fenceazblob => ../fenceazblob
+
+replace github.com/fencing/fence/fencesql => ../fencesql

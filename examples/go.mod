@@ -37,15 +37,3 @@ require (
 replace github.com/fencing/fence/fenceredis => ../fenceredis
 
 replace github.com/fencing/fence/fencepg => ../fencepg
-
-replace github.com/fencing/fence/fencemysql => ../fencemysql
-
-replace github.com/fencing/fence/fencesql => ../fencesql
-
-replace github.com/fencing/fence/fenceetcd => ../fenceetcd
-
-replace github.com/fencing/fence/fencezk => ../fencezk
-
-replace github.com/fencing/fence/fencenats => ../fencenats
-
-replace github.com/fencing/fence/fenceazblob => ../fenceazblob

@@ -17,3 +17,9 @@
 // the compiler reports is, with the Markdown file and line of the
 // snippet.
 package doccheck
+
+// The snippets are built in this package's module (cmd), which must
+// therefore require every module they import, even one no command uses.
+import (
+	_ "github.com/fencing/fence/fencesql"
+)

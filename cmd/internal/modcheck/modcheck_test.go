@@ -1,0 +1,259 @@
+package modcheck
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sdks names, per store module, the packages of the SDK that store is
+// built on. A program importing fence and that store module may get those
+// SDKs' module graphs and the core's, and nothing else: no other store's
+// SDK, no test tool of ours, nothing a user would have to explain to a
+// vulnerability scanner.
+var sdks = map[string][]string{
+	"fenceazblob": {"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"},
+	"fenceetcd":   {"go.etcd.io/etcd/client/v3"},
+	"fencemysql":  {"github.com/go-sql-driver/mysql"},
+	"fencenats":   {"github.com/nats-io/nats.go"},
+	"fencepg":     {"github.com/jackc/pgx/v5"},
+	"fenceredis":  {"github.com/redis/go-redis/v9"},
+	"fencesql":    nil, // database/sql: the program brings its driver
+	"fencezk":     {"github.com/go-zookeeper/zk"},
+}
+
+// limits bounds the graph of fence + one store where the issue that split
+// the modules set a number.
+var limits = map[string]int{"fenceredis": 30}
+
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.work")); err != nil {
+		t.Fatalf("no go.work at the repository root %s: %v", dir, err)
+	}
+	return dir
+}
+
+// workspace returns the directories of go.work's use lines.
+func workspace(t *testing.T, root string) []string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(root, "go.work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var dirs []string
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		switch {
+		case l == "use (":
+			in = true
+		case in && l == ")":
+			in = false
+		case in && l != "" && !strings.HasPrefix(l, "//"):
+			dirs = append(dirs, filepath.Clean(l))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+// stores returns the store modules: top-level fence* modules.
+func stores(t *testing.T, root string) []string {
+	var s []string
+	for _, d := range workspace(t, root) {
+		if strings.HasPrefix(d, "fence") && !strings.Contains(d, string(filepath.Separator)) {
+			s = append(s, d)
+		}
+	}
+	if len(s) == 0 {
+		t.Fatal("go.work lists no store modules")
+	}
+	return s
+}
+
+// graph builds a scratch program importing the given packages of the
+// repository, with the given modules (directories) replaced by the
+// checkout, and returns its `go list -m all`.
+func graph(t *testing.T, root string, mods []string, pkgs []string) []string {
+	return graphWith(t, root, mods, nil, pkgs)
+}
+
+// graphWith is graph with extra requirements, "path version" each.
+func graphWith(t *testing.T, root string, mods, requires []string, pkgs []string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	var mod, sum strings.Builder
+	mod.WriteString("module example.com/scratch\n\ngo 1.26.0\n\n")
+	for _, m := range mods {
+		path := "github.com/fencing/fence"
+		if m != "." {
+			path += "/" + m
+		}
+		mod.WriteString("require " + path + " v0.0.0\n")
+		mod.WriteString("replace " + path + " => " + filepath.Join(root, m) + "\n")
+		b, err := os.ReadFile(filepath.Join(root, m, "go.sum"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		sum.Write(b)
+	}
+	for _, r := range requires {
+		mod.WriteString("require " + r + "\n")
+	}
+	var src strings.Builder
+	src.WriteString("package main\n\nimport (\n")
+	for _, p := range pkgs {
+		src.WriteString("\t_ \"" + p + "\"\n")
+	}
+	src.WriteString(")\n\nfunc main() {}\n")
+	for name, text := range map[string]string{"go.mod": mod.String(), "go.sum": sum.String(), "main.go": src.String()} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOSUMDB=off")
+	run := func(args ...string) string {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = env
+		out, err := cmd.Output()
+		if err != nil {
+			msg := err.Error()
+			if ee, ok := err.(*exec.ExitError); ok {
+				msg = string(ee.Stderr)
+			}
+			t.Fatalf("go %s in a program importing %v: %s", strings.Join(args, " "), pkgs, msg)
+		}
+		return string(out)
+	}
+	run("mod", "tidy")
+	run("build", "-o", os.DevNull, ".")
+	var list []string
+	for _, l := range strings.Split(strings.TrimSpace(run("list", "-m", "all")), "\n") {
+		list = append(list, strings.Fields(l)[0])
+	}
+	return list
+}
+
+func matching(list []string, prefixes []string) []string {
+	var hit []string
+	for _, m := range list {
+		for _, p := range prefixes {
+			if strings.HasPrefix(m, p) {
+				hit = append(hit, m)
+			}
+		}
+	}
+	return hit
+}
+
+// TestStoreModules: fence + one store gets that store's SDK, none of the
+// others', and stays within the limits.
+func TestStoreModules(t *testing.T) {
+	r := root(t)
+	core := graph(t, r, []string{"."}, []string{"github.com/fencing/fence"})
+	for _, s := range stores(t, r) {
+		t.Run(s, func(t *testing.T) {
+			for _, p := range problems(t, r, core, s, nil) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// TestProblemsFound: the check is able to fail. A store module whose
+// program also pulls in PostgreSQL's driver (as a store module would that
+// required another store for its tests) is reported.
+func TestProblemsFound(t *testing.T) {
+	r := root(t)
+	core := graph(t, r, []string{"."}, []string{"github.com/fencing/fence"})
+	got := strings.Join(problems(t, r, core, "fenceredis", []string{"fencepg"}), "\n")
+	for _, want := range []string{
+		"gets github.com/jackc/pgx/v5, which neither the core nor",
+		"gets another store's SDK github.com/jackc/pgx/v5",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("fenceredis pulling in pgx: problems %q, want one with %q", got, want)
+		}
+	}
+}
+
+// problems lists what is wrong with the graph of a program importing fence
+// and store module s (and, to break it on purpose, the extra modules).
+func problems(t *testing.T, r string, core []string, s string, extra []string) []string {
+	t.Helper()
+	own, known := sdks[s]
+	if !known {
+		return []string{"store module " + s + " is not in modcheck's sdks table: add its SDK"}
+	}
+	mods := append([]string{".", s}, extra...)
+	pkgs := []string{"github.com/fencing/fence"}
+	for _, m := range mods[1:] {
+		pkgs = append(pkgs, "github.com/fencing/fence/"+m)
+	}
+	list := graph(t, r, mods, pkgs)
+	allowed := map[string]bool{"github.com/fencing/fence/" + s: true}
+	for _, m := range core {
+		allowed[m] = true
+	}
+	if len(own) > 0 {
+		// The SDK alone, at the versions the store module requires.
+		for _, m := range graphWith(t, r, nil, requirements(t, filepath.Join(r, s)), own) {
+			allowed[m] = true
+		}
+	}
+	var probs []string
+	for _, m := range list {
+		if !allowed[m] && !strings.HasPrefix(m, "github.com/fencing/fence/") {
+			probs = append(probs, fmt.Sprintf("fence + %s gets %s, which neither the core nor %v needs", s, m, own))
+		}
+	}
+	var others []string
+	for o, p := range sdks {
+		if o != s {
+			others = append(others, p...)
+		}
+	}
+	for _, m := range matching(list, others) {
+		probs = append(probs, fmt.Sprintf("fence + %s gets another store's SDK %s", s, m))
+	}
+	if n, ok := limits[s]; ok && len(list) > n {
+		probs = append(probs, fmt.Sprintf("fence + %s lists %d modules, more than %d", s, len(list), n))
+	}
+	t.Logf("fence + %s: %d modules", s, len(list))
+	return probs
+}
+
+// requirements returns the direct requirements of the module in dir, as
+// "path version", outside the repository (no github.com/fencing/fence).
+func requirements(t *testing.T, dir string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-m", "-f", "{{if not .Indirect}}{{.Path}} {{.Version}}{{end}}", "all")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -m in %s: %v", dir, err)
+	}
+	var reqs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && !strings.HasPrefix(f[0], "github.com/fencing/fence") {
+			reqs = append(reqs, l)
+		}
+	}
+	return reqs
+}
