@@ -22,6 +22,10 @@ type Client struct {
 	obs   *observer
 	sched schedule // the leases' deadlines
 
+	observer Observer // nil: none
+	store    string   // the store's name, for observers and logs
+	overruns overruns
+
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
 	closed bool
@@ -35,7 +39,11 @@ func New(drv Driver, opts ...Option) *Client {
 	}
 	cfg := defaultConfig().with(opts)
 	cfg.client = true
-	c := &Client{drv: drv, cfg: cfg, obs: newObserver(drv, cfg), leases: make(map[*Lease]struct{})}
+	c := &Client{drv: drv, cfg: cfg, obs: newObserver(drv, cfg), leases: make(map[*Lease]struct{}),
+		observer: cfg.observer, store: cfg.storeName}
+	if c.store == "" {
+		c.store = storeName(drv)
+	}
 	c.obs.watchLeases(c)
 	return c
 }
@@ -123,8 +131,22 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 	key := tgt.key
 	start := time.Now()
 	var waited time.Duration
+	waiting := false
 	spanCtx, span := c.obs.startAcquire(ctx, tgt, wait)
-	defer func() { c.obs.endAcquire(spanCtx, span, key, l, err, start, waited) }()
+	if c.observer != nil {
+		spanCtx = c.observer.AcquireStart(spanCtx, AcquireStart{Store: c.store, Key: key, Kind: tgt.kind, Wait: wait, Start: start})
+	}
+	defer func() {
+		c.obs.endAcquire(spanCtx, span, key, l, err, start, waited)
+		if c.observer != nil {
+			e := AcquireEnd{Store: c.store, Key: key, Kind: tgt.kind, Wait: wait, Outcome: outcomeOf(err), Err: err,
+				Duration: time.Since(start), Waited: waited, Waiting: waiting}
+			if l != nil {
+				e.Owner, e.Token = l.owner, l.token
+			}
+			c.observer.AcquireEnd(spanCtx, e)
+		}
+	}()
 
 	if err := cfg.validate(key); err != nil {
 		return nil, err
@@ -162,6 +184,14 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 
 	waitStart := time.Now()
 	waitDone := c.obs.waitStarted(spanCtx, span, key, held)
+	if c.observer != nil {
+		var holderToken int64
+		if held != nil && held.Holder != nil {
+			holderToken = held.Holder.Token
+		}
+		c.observer.WaitStart(spanCtx, WaitStart{Store: c.store, Key: key, Kind: tgt.kind, HolderToken: holderToken})
+	}
+	waiting = true
 	defer func() {
 		waited = time.Since(waitStart)
 		waitDone(waited)
@@ -354,6 +384,10 @@ func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim
 	}
 	l := newLease(c, cfg, req, claim, validUntil, now, ctx)
 	c.obs.granted(ctx, l)
+	if c.observer != nil {
+		c.observer.LeaseGranted(ctx, LeaseGranted{Store: c.store, Key: l.key, Kind: req.Kind, Owner: l.owner,
+			Token: l.token, TTL: cfg.ttl, AcquiredAt: now})
+	}
 	l.start(now)
 	c.mu.Lock()
 	if c.closed {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 	"weak"
@@ -80,9 +79,6 @@ type observer struct {
 	ageReg          metric.Registration // nil until watchLeases
 	meter           metric.Meter
 
-	mu      sync.Mutex
-	overrun map[string]int // leases held longer than their TTL, per key
-
 	// Measurement options for attribute sets without the key, made once:
 	// building an attribute set allocates, and these few recur.
 	storeOnly metric.MeasurementOption
@@ -110,9 +106,6 @@ var globalDefaultTP = func() reflect.Type {
 	return nil
 }()
 
-// maxOverrunKeys bounds the memory spent on the long-hold warning.
-const maxOverrunKeys = 1024
-
 var secondsBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
 func newObserver(drv Driver, cfg config) *observer {
@@ -135,7 +128,6 @@ func newObserver(drv Driver, cfg config) *observer {
 		tracer:  tp.Tracer(instrumentation),
 
 		globalTP: globalTP,
-		overrun:  make(map[string]int),
 		opts:     make(map[attribute.KeyValue]metric.MeasurementOption),
 	}
 	o.storeOnly = metric.WithAttributeSet(attribute.NewSet(o.store))
@@ -224,27 +216,6 @@ func (o *observer) renewedLate(ctx context.Context, l *Lease) {
 	o.lateRenewals.Add(ctx, 1, o.attrs(l.key))
 }
 
-// storeName derives a store name from the driver's package: fenceredis ->
-// redis, fencepg -> postgres.
-func storeName(drv Driver) string {
-	t := reflect.TypeOf(drv)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	pkg := t.PkgPath()
-	pkg = pkg[strings.LastIndex(pkg, "/")+1:]
-	pkg = strings.TrimPrefix(pkg, "fence")
-	switch pkg {
-	case "pg":
-		return "postgres"
-	case "zk":
-		return "zookeeper"
-	case "":
-		return "unknown"
-	}
-	return pkg
-}
-
 func (o *observer) attrs(key string, kv ...attribute.KeyValue) metric.MeasurementOption {
 	if !o.withKey && len(kv) <= 1 {
 		if len(kv) == 0 {
@@ -274,20 +245,6 @@ func (o *observer) attrs(key string, kv ...attribute.KeyValue) metric.Measuremen
 // maxCachedAttrSets bounds the cache of attribute sets; fence's own
 // attributes (outcomes, loss reasons) make about a dozen.
 const maxCachedAttrSets = 64
-
-func outcomeOf(err error) string {
-	switch {
-	case err == nil:
-		return outcomeAcquired
-	case errors.Is(err, ErrHeld):
-		return outcomeHeld
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return outcomeCancelled
-	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidTTL), errors.Is(err, ErrInvalidOption):
-		return outcomeInvalid
-	}
-	return outcomeError
-}
 
 // tracing reports whether a span started now could record. With the
 // global provider and no SDK installed as the global one, it could not,
@@ -443,23 +400,6 @@ func (o *observer) released(ctx context.Context, l *Lease, err error, start time
 		span.End()
 	}
 
-	// The "TTL shorter than the work" anti-pattern: renewal hides it until
-	// a pause longer than the TTL lets a second holder in.
-	held := now.Sub(l.acquired)
-	if held <= l.cfg.ttl {
-		return
-	}
-	o.mu.Lock()
-	n, known := o.overrun[l.key]
-	if known || len(o.overrun) < maxOverrunKeys {
-		n++
-		o.overrun[l.key] = n
-	}
-	o.mu.Unlock()
-	if n >= 2 {
-		l.cfg.logger.Warn("fence: lease repeatedly held longer than its TTL; renewal kept it, but a pause longer than the TTL would let another holder in while this one works: use fencing tokens on every write, or a TTL longer than the work",
-			"key", l.key, "held", held.Round(time.Millisecond), "ttl", l.cfg.ttl, "times", n, "store", o.store.Value.AsString())
-	}
 }
 
 // GuardMetrics counts a guard's decisions: tokens admitted and stale

@@ -51,6 +51,7 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	keyAttribute   bool
 	storeName      string
+	observer       Observer
 }
 
 func defaultConfig() config {
