@@ -161,9 +161,11 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 		Kind: tgt.kind, Limit: tgt.limit}
 	blocking, _ := c.drv.(BlockingAcquirer)
 	// A lock's waiter that will wait in the driver needs no holder from
-	// its try (waitEnded reads it by Inspect if the wait times out), unless
-	// a span records it. Other kinds have no Inspect to read it then.
-	req.SkipHolder = wait && blocking != nil && tgt.kind == KindLock && !span.IsRecording()
+	// its try (waitEnded reads it by Inspect if the wait times out). Other
+	// kinds have no Inspect to read it then. Observation never changes
+	// what the driver is asked: observers get the holder's token only
+	// where the try returned it anyway.
+	req.SkipHolder = wait && blocking != nil && tgt.kind == KindLock
 
 	// The first attempt is the same for every store and every mode: one
 	// try, which is the whole uncontended path. Its validity is measured
