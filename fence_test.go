@@ -783,13 +783,12 @@ func TestWaitingTrySkipsTheHolder(t *testing.T) {
 	}
 
 	// Observation does not change what the driver is asked.
-	tel := newTelemetry(t)
 	var rec obstest.Recorder
-	traced := fence.New(drv, append(tel.options(), fence.WithTTL(time.Minute), fence.WithObserver(&rec))...)
+	traced := fence.New(drv, fence.WithTTL(time.Minute), fence.WithObserver(&rec))
 	_, err = traced.Acquire(ctx, "k", fence.WithWait(50*time.Millisecond))
 	checkHeld("observed Acquire WithWait on a held key", err)
 	if tries, _ := drv.asked(); !slices.Equal(tries, []bool{true}) {
-		t.Errorf("an observed waiting Acquire asked SkipHolder %v; want [true], as without observers", tries)
+		t.Errorf("an observed waiting Acquire asked SkipHolder %v; want [true], as without an observer", tries)
 	}
 	if w := obstest.Of[fence.WaitStart](&rec); len(w) != 1 || w[0].HolderToken != 0 {
 		t.Errorf("WaitStart %+v; want one, with no holder token (the try skipped the holder)", w)

@@ -58,10 +58,6 @@ type Lease struct {
 	// lostAtRelease is the loss that Release found (the store no longer
 	// held the lease), returned again by later Releases; guarded by mu.
 	lostAtRelease *LostError
-
-	// countedHeld: the fence.leases.held gauge counted this lease (see
-	// observer.granted). Set before the lease starts, read once it ends.
-	countedHeld bool
 }
 
 func newLease(c *Client, cfg config, req Request, claim Claim, validUntil, now time.Time, ctx context.Context) *Lease {
@@ -220,7 +216,6 @@ func (l *Lease) Renew(ctx context.Context) error {
 	defer cancel()
 	sent := time.Now()
 	err := l.extend(ctx)
-	l.c.obs.renewed(ctx, l, err, sent)
 	l.observeRenewal(ctx, err, sent, false)
 	if err == nil {
 		l.extendValidity(sent)
@@ -281,8 +276,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	l.waitRenewals()
-	var start time.Time // read only for a release span
-	if l.c.obs.tracing() || l.c.observer != nil {
+	var start time.Time // read only by observers
+	if l.c.observer != nil {
 		start = time.Now()
 	}
 	ctx, cancel := l.releaseContext(ctx)
@@ -308,8 +303,6 @@ func (l *Lease) Release(ctx context.Context) error {
 	if lost != nil {
 		reason = lost.Reason
 	}
-	l.c.obs.ended(ctx, l, reason)
-	l.c.obs.released(ctx, l, err, start)
 	now := time.Now()
 	held := now.Sub(l.acquired)
 	if o := l.c.observer; o != nil {
@@ -391,7 +384,6 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 	left := time.Until(deadline)
 	late := err == nil && left < l.cfg.ttl/6
 	if l.ctx.Err() == nil {
-		l.c.obs.renewed(l.ctx, l, err, sent)
 		l.observeRenewal(l.ctx, err, sent, late)
 	}
 	switch {
@@ -399,7 +391,6 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 		return 0, false
 	case err == nil:
 		if late {
-			l.c.obs.renewedLate(l.ctx, l)
 			l.cfg.logger.Warn("fence: renewal succeeded close to the end of the lease's validity; the store is slow or the renew interval too long",
 				"key", l.key, "token", l.token, "validity_left", left, "renew_took", time.Since(sent))
 		}
@@ -456,7 +447,6 @@ func (l *Lease) lose(reason LossReason, err error) {
 	l.cancel(lost)
 	l.mu.Unlock()
 	l.c.forget(l)
-	l.c.obs.ended(context.WithoutCancel(l.ctx), l, reason)
 	if o := l.c.observer; o != nil {
 		o.LeaseEnded(context.WithoutCancel(l.ctx), LeaseEnded{Store: l.c.store, Key: l.key, Owner: l.owner, Token: l.token,
 			Held: time.Since(l.acquired), Reason: reason, Err: err})

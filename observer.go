@@ -178,6 +178,14 @@ func WithObserver(o Observer) Option {
 	return func(c *config) { c.observer = o }
 }
 
+// WithStoreName sets the store name that observers' events (the
+// fence.store attribute of fenceotel's metrics and spans) and fence's logs
+// carry. The default is derived from the driver's package: "redis" for
+// fenceredis, "postgres" for fencepg. Only New reads it.
+func WithStoreName(name string) Option {
+	return func(c *config) { c.storeName = name }
+}
+
 // Observers returns an Observer that passes every event to each of os in
 // turn, nils skipped. AcquireStart's context goes from one to the next.
 func Observers(os ...Observer) Observer {

@@ -1,9 +1,13 @@
 package fence_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -142,14 +146,16 @@ func TestObserverSeesAWait(t *testing.T) {
 	})
 }
 
-// Losses are reported once, with their reason: refused by the store, or
-// expired; a refused renewal is reported as such, a late one as late.
+// Losses are reported once, with their reason, refused by the store or
+// expired, and logged; a refused renewal is reported as such.
 func TestObserverSeesLosses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		var rec obstest.Recorder
+		var logs syncBuffer
+		logger := fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
 		store := fencemem.New()
-		c := fence.New(store, fence.WithObserver(&rec), fence.WithTTL(300*time.Millisecond))
+		c := fence.New(store, fence.WithObserver(&rec), fence.WithTTL(300*time.Millisecond), logger)
 		l, err := c.TryAcquire(ctx, "k")
 		if err != nil {
 			t.Fatal(err)
@@ -163,6 +169,9 @@ func TestObserverSeesLosses(t *testing.T) {
 		}
 		if r := obstest.Of[fence.Renewed](&rec); len(r) != 1 || r[0].Outcome != fence.OutcomeRefused {
 			t.Errorf("Renewed %+v; want one, refused", r)
+		}
+		if !strings.Contains(logs.String(), "lease lost") || !strings.Contains(logs.String(), "reason=refused") {
+			t.Errorf("no loss log line with its cause; logs:\n%s", logs.String())
 		}
 		rec.Reset()
 		if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
@@ -192,7 +201,8 @@ func TestObserverSeesLosses(t *testing.T) {
 		// Expiry: the store stops answering.
 		rec.Reset()
 		h := newHooked()
-		c2 := fence.New(h, fence.WithObserver(&rec), fence.WithTTL(300*time.Millisecond))
+		logs = syncBuffer{}
+		c2 := fence.New(h, fence.WithObserver(&rec), fence.WithTTL(300*time.Millisecond), logger)
 		l, err = c2.TryAcquire(ctx, "k")
 		if err != nil {
 			t.Fatal(err)
@@ -207,18 +217,28 @@ func TestObserverSeesLosses(t *testing.T) {
 		if len(renewals) == 0 || renewals[0].Outcome != fence.OutcomeError {
 			t.Errorf("Renewed of a failing store %+v; want errors", renewals)
 		}
+		for _, want := range []string{"renewal failed; retrying", "lease lost", "reason=expired"} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("no %q in the logs:\n%s", want, logs.String())
+			}
+		}
 		l.Release(ctx)
 	})
 }
 
-// A renewal that succeeds just before the validity ends is reported late.
+// A renewal that succeeds just before the validity ends is reported late,
+// and logged.
 func TestObserverSeesLateRenewals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		var rec obstest.Recorder
+		var logs syncBuffer
 		store := newHooked()
+		// The store answers each renewal a twelfth of the TTL before the
+		// validity ends: under the warning's sixth.
 		const ttl = 1200 * time.Millisecond
-		c := fence.New(store, fence.WithObserver(&rec), fence.WithTTL(ttl))
+		c := fence.New(store, fence.WithObserver(&rec), fence.WithTTL(ttl),
+			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		store.setExtend(func(ctx context.Context, next func() error) error {
 			if dl, ok := ctx.Deadline(); ok {
 				time.Sleep(time.Until(dl) - ttl/12)
@@ -235,6 +255,9 @@ func TestObserverSeesLateRenewals(t *testing.T) {
 		r := obstest.Of[fence.Renewed](&rec)
 		if len(r) == 0 || !r[0].Late || r[0].Outcome != fence.OutcomeOK {
 			t.Errorf("Renewed %+v; want a late success", r)
+		}
+		if !strings.Contains(logs.String(), "close to the end of the lease's validity") {
+			t.Errorf("no warning of a late renewal; logs:\n%s", logs.String())
 		}
 	})
 }
@@ -399,4 +422,79 @@ func BenchmarkAcquireReleaseObserved(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestWarnsWhenWorkRepeatedlyOutlastsTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		var logs syncBuffer
+		c := fence.New(fencemem.New(), fence.WithTTL(300*time.Millisecond), fence.WithStoreName("cache"),
+			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		for i := range 2 {
+			if err := c.Run(ctx, "slow", func(context.Context, *fence.Lease) error {
+				time.Sleep(500 * time.Millisecond)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 && strings.Contains(logs.String(), "longer than its TTL") {
+				t.Errorf("warned after a single long hold")
+			}
+		}
+		if !strings.Contains(logs.String(), "repeatedly held longer than its TTL") || !strings.Contains(logs.String(), "store=cache") {
+			t.Errorf("no warning after two holds longer than the TTL; logs:\n%s", logs.String())
+		}
+	})
+}
+
+// Holders say when they acquired the key: the granted attempt, not the
+// start of the wait before it.
+func TestHolderMetaSaysWhenAcquired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := fencemem.New()
+		c := fence.New(store)
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(time.Second, func() { l.Release(ctx) })
+		l2, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l2.Release(ctx)
+		h, err := c.Inspect(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := time.Parse(time.RFC3339Nano, h.Meta["acquired_at"])
+		if err != nil {
+			t.Fatalf("acquired_at %q: %v", h.Meta["acquired_at"], err)
+		}
+		if d := l2.AcquiredAt().Sub(at); d < 0 || d > 800*time.Millisecond {
+			t.Errorf("acquired_at %v is %v before the grant; want the granted attempt's time", at, d)
+		}
+		if h.Meta["host"] == "" || h.Meta["pid"] == "" {
+			t.Errorf("meta %v lacks host or pid", h.Meta)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

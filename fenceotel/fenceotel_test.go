@@ -16,12 +16,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	nooptrace "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemem"
@@ -492,7 +490,7 @@ func (b *syncBuffer) String() string {
 func TestGuardMetricsCountRefusals(t *testing.T) {
 	ctx := context.Background()
 	tel := newTelemetry(t)
-	g := &observedGuard{m: fenceotel.NewGuardMetrics("memory", fenceotel.WithMeterProvider(tel.mp))}
+	g := fence.MemoryGuard{Metrics: fenceotel.NewGuardMetrics("memory", fenceotel.WithMeterProvider(tel.mp))}
 	g.Admit(ctx, "r", 2)
 	g.Admit(ctx, "r", 2)
 	g.Admit(ctx, "r", 1)
@@ -510,7 +508,7 @@ func TestGuardMetricsCountRefusals(t *testing.T) {
 // naming the token and the highest one admitted.
 func TestGuardRefusalIsASpanEvent(t *testing.T) {
 	tel := newTelemetry(t)
-	g := &observedGuard{m: fenceotel.NewGuardMetrics("memory", fenceotel.WithMeterProvider(tel.mp))}
+	g := fence.MemoryGuard{Metrics: fenceotel.NewGuardMetrics("memory", fenceotel.WithMeterProvider(tel.mp))}
 	ctx, span := tel.tp.Tracer("test").Start(context.Background(), "write")
 	if err := g.Admit(ctx, "r", 34); err != nil {
 		t.Fatal(err)
@@ -566,10 +564,7 @@ func TestGlobalProvidersInstalledAfterNew(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	c := fence.New(fencemem.New(), fence.WithTTL(10*time.Second), fence.WithObserver(fenceotel.New()),
-		// Until the core's own OpenTelemetry code goes: keep it off the
-		// global providers.
-		fence.WithMeterProvider(noopmetric.NewMeterProvider()), fence.WithTracerProvider(nooptrace.NewTracerProvider()))
+	c := fence.New(fencemem.New(), fence.WithTTL(10*time.Second), fence.WithObserver(fenceotel.New()))
 	l, err := c.Acquire(ctx, "before")
 	if err != nil {
 		t.Fatal(err)
@@ -658,16 +653,4 @@ func waitDone(t *testing.T, l *fence.Lease, within time.Duration) {
 	case <-time.After(within):
 		t.Fatalf("lease %q not done within %v", l.Key(), within)
 	}
-}
-
-// observedGuard reports a MemoryGuard's decisions to m.
-type observedGuard struct {
-	g fence.MemoryGuard
-	m fence.GuardObserver
-}
-
-func (o *observedGuard) Admit(ctx context.Context, resource string, token int64) error {
-	err := o.g.Admit(ctx, resource, token)
-	fence.ObserveGuard(ctx, o.m, resource, token, err)
-	return err
 }

@@ -64,6 +64,7 @@ var knownImports = map[string]string{
 	"fencehttp":   "github.com/fencing/fence/fencehttp",
 	"fencemem":    "github.com/fencing/fence/fencemem",
 	"fencemysql":  "github.com/fencing/fence/fencemysql",
+	"fenceotel":   "github.com/fencing/fence/fenceotel",
 	"fencenats":   "github.com/fencing/fence/fencenats",
 	"fencepg":     "github.com/fencing/fence/fencepg",
 	"fenceredis":  "github.com/fencing/fence/fenceredis",

@@ -4,6 +4,7 @@ package obstest
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/fencing/fence"
@@ -80,3 +81,17 @@ func (r *Recorder) Released(_ context.Context, e fence.Released) { r.add(e) }
 
 // GuardDecision implements fence.GuardObserver.
 func (r *Recorder) GuardDecision(_ context.Context, d fence.GuardDecision) { r.add(d) }
+
+// GuardCounts counts the guard decisions so far: admissions, and
+// refusals whose error matches fence.ErrStale.
+func (r *Recorder) GuardCounts() (admitted, refused int) {
+	for _, d := range Of[fence.GuardDecision](r) {
+		switch {
+		case d.Admitted:
+			admitted++
+		case errors.Is(d.Err, fence.ErrStale):
+			refused++
+		}
+	}
+	return admitted, refused
+}
