@@ -107,6 +107,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencing/fence"
 )
@@ -124,6 +125,7 @@ var (
 	body          io.Reader
 	connStr       string
 	meterProvider metric.MeterProvider
+	tracerProvider trace.TracerProvider
 )
 
 func writeInvoices(context.Context, int64) error { return nil }
