@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemem"
@@ -654,3 +655,92 @@ func waitDone(t *testing.T, l *fence.Lease, within time.Duration) {
 		t.Fatalf("lease %q not done within %v", l.Key(), within)
 	}
 }
+
+// fence's spans are children of the caller's: the acquire and release of
+// the span current in their calls, renewals of the one current when the
+// lease was acquired. fenceotel never ends a span it did not start.
+func TestSpansNestUnderTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		c := fence.New(fencemem.New(), append(tel.options(), fence.WithTTL(300*time.Millisecond))...)
+		jobCtx, job := tel.tp.Tracer("test").Start(ctx, "job")
+		l, err := c.Acquire(jobCtx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond) // one renewal
+		if err := l.Release(jobCtx); err != nil {
+			t.Fatal(err)
+		}
+		if !job.IsRecording() {
+			t.Fatal("the caller's span was ended by fence")
+		}
+		job.End()
+		want := job.SpanContext().SpanID()
+		seen := map[string]bool{}
+		for _, s := range tel.spans.Ended() {
+			if s.Name() == "job" {
+				continue
+			}
+			seen[s.Name()] = true
+			if s.Parent().SpanID() != want {
+				t.Errorf("%s span's parent is %v; want the caller's span %v", s.Name(), s.Parent().SpanID(), want)
+			}
+		}
+		for _, name := range []string{"fence.acquire", "fence.renew", "fence.release"} {
+			if !seen[name] {
+				t.Errorf("no %s span; saw %v", name, seen)
+			}
+		}
+	})
+}
+
+// Combined with another observer, fenceotel's spans and gauges still
+// work, whatever the other one puts in the context.
+func TestCombinedWithAnotherObserver(t *testing.T) {
+	ctx := context.Background()
+	tel := newTelemetry(t)
+	other := &spanningObserver{tracer: tel.tp.Tracer("other")}
+	obs := fenceotel.New(fenceotel.WithMeterProvider(tel.mp), fenceotel.WithTracerProvider(tel.tp))
+	c := fence.New(fencemem.New(), fence.WithObserver(fence.Observers(obs, other)))
+	l, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tel.sum(t, "fence.leases.held"); got != 1 {
+		t.Errorf("leases held = %d; want 1", got)
+	}
+	l.Release(ctx)
+	if got := tel.sum(t, "fence.leases.held"); got != 0 {
+		t.Errorf("leases held after release = %d; want 0", got)
+	}
+	other.span.End()
+	var names []string
+	for _, s := range tel.spans.Ended() {
+		names = append(names, s.Name())
+	}
+	if strings.Join(names, ",") != "fence.acquire,fence.release,other" {
+		t.Errorf("spans ended %v; want fence.acquire, fence.release, then the other observer's", names)
+	}
+}
+
+// spanningObserver starts a span of its own in AcquireStart and leaves
+// it open.
+type spanningObserver struct {
+	tracer interface {
+		Start(context.Context, string, ...trace.SpanStartOption) (context.Context, trace.Span)
+	}
+	span trace.Span
+}
+
+func (o *spanningObserver) AcquireStart(ctx context.Context, _ fence.AcquireStart) context.Context {
+	ctx, o.span = o.tracer.Start(ctx, "other")
+	return ctx
+}
+func (*spanningObserver) WaitStart(context.Context, fence.WaitStart)       {}
+func (*spanningObserver) LeaseGranted(context.Context, fence.LeaseGranted) {}
+func (*spanningObserver) AcquireEnd(context.Context, fence.AcquireEnd)     {}
+func (*spanningObserver) Renewed(context.Context, fence.Renewed)           {}
+func (*spanningObserver) LeaseEnded(context.Context, fence.LeaseEnded)     {}
+func (*spanningObserver) Released(context.Context, fence.Released)         {}
