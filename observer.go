@@ -28,6 +28,10 @@ import (
 //     the expiry timer, or the driver's session watch.
 //   - Released after LeaseEnded, on the caller of Release (or Close).
 //
+// A lease granted to a Client that is being closed is released at once:
+// its LeaseEnded and Released come before its acquisition's AcquireEnd
+// (outcome error, ErrClosed).
+//
 // Methods may be called concurrently, for different leases and calls. An
 // Observer must return promptly: it runs on paths that renew leases, and a
 // slow one can make a lease expire. It must not call back into the Client
