@@ -498,3 +498,23 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// A lease granted while its Client closes is released at once: its end
+// and release are reported before the acquisition's end.
+func TestObserverOrderWhenClosedDuringAcquire(t *testing.T) {
+	ctx := ctxT(t)
+	var rec obstest.Recorder
+	h := newHooked()
+	c := fence.New(h, fence.WithObserver(&rec))
+	h.acquireHook = func(context.Context) error { return c.Close(ctx) }
+	if _, err := c.TryAcquire(ctx, "k"); !errors.Is(err, fence.ErrClosed) {
+		t.Fatalf("TryAcquire while closing = %v; want ErrClosed", err)
+	}
+	want := []string{"AcquireStart", "LeaseGranted", "LeaseEnded", "Released", "AcquireEnd"}
+	if got := eventNames(rec.Events()); !slices.Equal(got, want) {
+		t.Errorf("events %v; want %v", got, want)
+	}
+	if end := obstest.Of[fence.AcquireEnd](&rec); len(end) == 1 && end[0].Outcome != fence.OutcomeError {
+		t.Errorf("AcquireEnd %+v; want outcome error", end[0])
+	}
+}
