@@ -19,8 +19,11 @@ import (
 type Client struct {
 	drv   Driver
 	cfg   config
-	obs   *observer
 	sched schedule // the leases' deadlines
+
+	observer Observer // nil: none
+	store    string   // the store's name, for observers and logs
+	overruns overruns
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
@@ -35,8 +38,10 @@ func New(drv Driver, opts ...Option) *Client {
 	}
 	cfg := defaultConfig().with(opts)
 	cfg.client = true
-	c := &Client{drv: drv, cfg: cfg, obs: newObserver(drv, cfg), leases: make(map[*Lease]struct{})}
-	c.obs.watchLeases(c)
+	c := &Client{drv: drv, cfg: cfg, leases: make(map[*Lease]struct{}), observer: cfg.observer, store: cfg.storeName}
+	if c.store == "" {
+		c.store = storeName(drv)
+	}
 	return c
 }
 
@@ -95,7 +100,6 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Holder, error) {
 // lost (the store no longer held it), so that such a loss is never
 // silent.
 func (c *Client) Close(ctx context.Context) error {
-	defer c.obs.close()
 	c.mu.Lock()
 	c.closed = true
 	held := make([]*Lease, 0, len(c.leases))
@@ -123,8 +127,21 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 	key := tgt.key
 	start := time.Now()
 	var waited time.Duration
-	spanCtx, span := c.obs.startAcquire(ctx, tgt, wait)
-	defer func() { c.obs.endAcquire(spanCtx, span, key, l, err, start, waited) }()
+	waiting := false
+	callCtx := ctx // ctx, or the observer's (carrying its span)
+	if c.observer != nil {
+		callCtx = c.observer.AcquireStart(callCtx, AcquireStart{Store: c.store, Key: key, Kind: tgt.kind, Wait: wait, Start: start})
+	}
+	defer func() {
+		if c.observer != nil {
+			e := AcquireEnd{Store: c.store, Key: key, Kind: tgt.kind, Wait: wait, Outcome: outcomeOf(err), Err: err,
+				Duration: time.Since(start), Waited: waited, Waiting: waiting}
+			if l != nil {
+				e.Owner, e.Token = l.owner, l.token
+			}
+			c.observer.AcquireEnd(callCtx, e)
+		}
+	}()
 
 	if err := cfg.validate(key); err != nil {
 		return nil, err
@@ -139,16 +156,18 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 		Kind: tgt.kind, Limit: tgt.limit}
 	blocking, _ := c.drv.(BlockingAcquirer)
 	// A lock's waiter that will wait in the driver needs no holder from
-	// its try (waitEnded reads it by Inspect if the wait times out), unless
-	// a span records it. Other kinds have no Inspect to read it then.
-	req.SkipHolder = wait && blocking != nil && tgt.kind == KindLock && !span.IsRecording()
+	// its try (waitEnded reads it by Inspect if the wait times out). Other
+	// kinds have no Inspect to read it then. Observation never changes
+	// what the driver is asked: observers get the holder's token only
+	// where the try returned it anyway.
+	req.SkipHolder = wait && blocking != nil && tgt.kind == KindLock
 
 	// The first attempt is the same for every store and every mode: one
 	// try, which is the whole uncontended path. Its validity is measured
 	// from start, a few microseconds before the request is sent: earlier
 	// is the safe side, and it spares a clock read.
 	sent := start
-	claim, err := c.drv.TryAcquire(spanCtx, req)
+	claim, err := c.drv.TryAcquire(callCtx, req)
 	if err == nil {
 		l, err = c.grant(ctx, cfg, req, claim, sent)
 		if !wait || !errors.Is(err, errLateReply) {
@@ -161,15 +180,21 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 	}
 
 	waitStart := time.Now()
-	waitDone := c.obs.waitStarted(spanCtx, span, key, held)
+	if c.observer != nil {
+		var holderToken int64
+		if held != nil && held.Holder != nil {
+			holderToken = held.Holder.Token
+		}
+		c.observer.WaitStart(callCtx, WaitStart{Store: c.store, Key: key, Kind: tgt.kind, HolderToken: holderToken})
+	}
+	waiting = true
 	defer func() {
 		waited = time.Since(waitStart)
-		waitDone(waited)
 	}()
-	waitCtx := spanCtx
+	waitCtx := callCtx
 	if cfg.wait > 0 {
 		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(spanCtx, cfg.wait, errWaitTimeout)
+		waitCtx, cancel = context.WithTimeoutCause(callCtx, cfg.wait, errWaitTimeout)
 		defer cancel()
 	}
 	if blocking != nil {
@@ -353,7 +378,10 @@ func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim
 		return nil, &LostError{Key: req.Key, Token: claim.Token(), Reason: LossExpired, Err: errLateReply}
 	}
 	l := newLease(c, cfg, req, claim, validUntil, now, ctx)
-	c.obs.granted(ctx, l)
+	if c.observer != nil {
+		c.observer.LeaseGranted(ctx, LeaseGranted{Store: c.store, Key: l.key, Kind: req.Kind, Owner: l.owner,
+			Token: l.token, TTL: cfg.ttl, AcquiredAt: now})
+	}
 	l.start(now)
 	c.mu.Lock()
 	if c.closed {

@@ -57,4 +57,12 @@
 // capabilities (Watcher, BlockingAcquirer, Inspector, Lister,
 // SessionClaim). Everything else lives here, once. Package fencetest is
 // the conformance suite every driver passes.
+//
+// # Observability
+//
+// A Client reports its events (acquisitions, waits, renewals, releases,
+// losses) to an Observer given with WithObserver, and logs through the
+// slog.Logger given with WithLogger; without them it records nothing, at
+// no cost. Package fenceotel, a module of its own, is the OpenTelemetry
+// Observer; this package depends on no telemetry library.
 package fence

@@ -59,9 +59,10 @@ type Request struct {
 	// SkipHolder tells TryAcquire that the caller has no use for
 	// HeldError.Holder: it is about to wait in the driver's Acquire
 	// (BlockingAcquirer), and reads the holder itself (Inspect) if the
-	// wait ends without the key. It is set for KindLock only. A driver
-	// that learns the holder only by a read of its own may then leave
-	// Holder nil; it still returns a *HeldError.
+	// wait ends without the key. It is set for KindLock only, and
+	// depends on the call alone, never on whether the Client is observed
+	// or traced. A driver that learns the holder only by a read of its
+	// own may then leave Holder nil; it still returns a *HeldError.
 	SkipHolder bool
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemem"
+	"github.com/fencing/fence/internal/testkit/obstest"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
@@ -728,9 +729,8 @@ func (s *skipping) asked() (tries, waits []bool) {
 }
 
 // A try that precedes a wait in a blocking driver does not ask for the
-// holder; a wait that times out still names the holder, read when it
-// ends. A plain try, a polling driver's try and a traced acquisition
-// (whose span records the holder's token) still ask.
+// holder, observed or not; a wait that times out still names the holder,
+// read when it ends. A plain try and a polling driver's try still ask.
 func TestWaitingTrySkipsTheHolder(t *testing.T) {
 	ctx := ctxT(t)
 	st := fencemem.New()
@@ -782,12 +782,16 @@ func TestWaitingTrySkipsTheHolder(t *testing.T) {
 		t.Errorf("a waiting AcquireWrite asked SkipHolder %v; want [false]", tries)
 	}
 
-	tel := newTelemetry(t)
-	traced := fence.New(drv, append(tel.options(), fence.WithTTL(time.Minute))...)
+	// Observation does not change what the driver is asked.
+	var rec obstest.Recorder
+	traced := fence.New(drv, fence.WithTTL(time.Minute), fence.WithObserver(&rec))
 	_, err = traced.Acquire(ctx, "k", fence.WithWait(50*time.Millisecond))
-	checkHeld("traced Acquire WithWait on a held key", err)
-	if tries, _ := drv.asked(); !slices.Equal(tries, []bool{false}) {
-		t.Errorf("a traced waiting Acquire asked SkipHolder %v; want [false]", tries)
+	checkHeld("observed Acquire WithWait on a held key", err)
+	if tries, _ := drv.asked(); !slices.Equal(tries, []bool{true}) {
+		t.Errorf("an observed waiting Acquire asked SkipHolder %v; want [true], as without an observer", tries)
+	}
+	if w := obstest.Of[fence.WaitStart](&rec); len(w) != 1 || w[0].HolderToken != 0 {
+		t.Errorf("WaitStart %+v; want one, with no holder token (the try skipped the holder)", w)
 	}
 
 	// A polling driver sleeps until the holder's expiry: it needs the

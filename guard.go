@@ -73,8 +73,9 @@ func Admissible(token, highest int64, strict bool) bool {
 type MemoryGuard struct {
 	// Strict makes the guard admit only tokens above the highest admitted.
 	Strict bool
-	// Metrics, if set, counts admissions and refusals.
-	Metrics *GuardMetrics
+	// Metrics, if set, is told every admission and refusal (see
+	// GuardObserver; fenceotel.NewGuardMetrics counts them).
+	Metrics GuardObserver
 
 	mu      sync.Mutex
 	highest map[string]int64
@@ -104,13 +105,13 @@ func (g *MemoryGuard) Do(ctx context.Context, resource string, token int64, writ
 	h := g.highest[resource]
 	if !Admissible(token, h, g.Strict) {
 		err := &StaleError{Resource: resource, Token: token, Highest: h, Strict: g.Strict}
-		g.Metrics.Record(ctx, err)
+		ObserveGuard(ctx, g.Metrics, resource, token, err)
 		return err
 	}
 	if g.highest == nil {
 		g.highest = make(map[string]int64)
 	}
 	g.highest[resource] = token
-	g.Metrics.Record(ctx, nil)
+	ObserveGuard(ctx, g.Metrics, resource, token, nil)
 	return write()
 }

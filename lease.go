@@ -58,10 +58,6 @@ type Lease struct {
 	// lostAtRelease is the loss that Release found (the store no longer
 	// held the lease), returned again by later Releases; guarded by mu.
 	lostAtRelease *LostError
-
-	// countedHeld: the fence.leases.held gauge counted this lease (see
-	// observer.granted). Set before the lease starts, read once it ends.
-	countedHeld bool
 }
 
 func newLease(c *Client, cfg config, req Request, claim Claim, validUntil, now time.Time, ctx context.Context) *Lease {
@@ -220,7 +216,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	defer cancel()
 	sent := time.Now()
 	err := l.extend(ctx)
-	l.c.obs.renewed(ctx, l, err, sent)
+	l.observeRenewal(ctx, err, sent, false)
 	if err == nil {
 		l.extendValidity(sent)
 		return l.Err()
@@ -280,8 +276,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	l.waitRenewals()
-	var start time.Time // read only for a release span
-	if l.c.obs.tracing() {
+	var start time.Time // read only by observers
+	if l.c.observer != nil {
 		start = time.Now()
 	}
 	ctx, cancel := l.releaseContext(ctx)
@@ -307,9 +303,29 @@ func (l *Lease) Release(ctx context.Context) error {
 	if lost != nil {
 		reason = lost.Reason
 	}
-	l.c.obs.ended(ctx, l, reason)
-	l.c.obs.released(ctx, l, err, start)
+	now := time.Now()
+	held := now.Sub(l.acquired)
+	if o := l.c.observer; o != nil {
+		var lossErr error
+		if lost != nil {
+			lossErr = lost.Err
+		}
+		o.LeaseEnded(ctx, LeaseEnded{Store: l.c.store, Key: l.key, Owner: l.owner, Token: l.token, Held: held,
+			Reason: reason, Err: lossErr})
+		o.Released(ctx, Released{Store: l.c.store, Key: l.key, Owner: l.owner, Token: l.token,
+			Outcome: releaseOutcome(err), Err: err, Start: start, Duration: now.Sub(start), TTL: l.cfg.ttl, Held: held})
+	}
+	l.c.overruns.released(l, held, l.c.store)
 	return err
+}
+
+// observeRenewal reports a renewal attempt sent at sent to the Client's
+// observer.
+func (l *Lease) observeRenewal(ctx context.Context, err error, sent time.Time, late bool) {
+	if o := l.c.observer; o != nil {
+		o.Renewed(ctx, Renewed{Store: l.c.store, Key: l.key, Owner: l.owner, Token: l.token,
+			Outcome: renewOutcome(err), Err: err, Start: sent, Duration: time.Since(sent), Late: late})
+	}
 }
 
 // releaseContext returns the context for the store call of a release
@@ -365,15 +381,16 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 	sent := time.Now()
 	err := l.extend(ctx)
 	cancel()
+	left := time.Until(deadline)
+	late := err == nil && left < l.cfg.ttl/6
 	if l.ctx.Err() == nil {
-		l.c.obs.renewed(l.ctx, l, err, sent)
+		l.observeRenewal(l.ctx, err, sent, late)
 	}
 	switch {
 	case l.ctx.Err() != nil:
 		return 0, false
 	case err == nil:
-		if left := time.Until(deadline); left < l.cfg.ttl/6 {
-			l.c.obs.renewedLate(l.ctx, l)
+		if late {
 			l.cfg.logger.Warn("fence: renewal succeeded close to the end of the lease's validity; the store is slow or the renew interval too long",
 				"key", l.key, "token", l.token, "validity_left", left, "renew_took", time.Since(sent))
 		}
@@ -383,7 +400,6 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 		l.lose(LossRefused, err)
 		return 0, false
 	}
-	left := time.Until(deadline)
 	l.cfg.logger.Warn("fence: renewal failed; retrying", "key", l.key, "token", l.token,
 		"valid_for", left, "err", err)
 	// Retry sooner than the interval, a few times before validity runs out.
@@ -431,7 +447,10 @@ func (l *Lease) lose(reason LossReason, err error) {
 	l.cancel(lost)
 	l.mu.Unlock()
 	l.c.forget(l)
-	l.c.obs.ended(context.WithoutCancel(l.ctx), l, reason)
+	if o := l.c.observer; o != nil {
+		o.LeaseEnded(context.WithoutCancel(l.ctx), LeaseEnded{Store: l.c.store, Key: l.key, Owner: l.owner, Token: l.token,
+			Held: time.Since(l.acquired), Reason: reason, Err: err})
+	}
 	l.cfg.logger.Error("fence: lease lost", "key", l.key, "token", l.token, "reason", string(reason), "err", err)
 }
 

@@ -6,9 +6,6 @@ import (
 	"maps"
 	"time"
 	"unicode/utf8"
-
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults for the options. Each can be changed per Client (in New) and per
@@ -47,10 +44,8 @@ type config struct {
 	client bool
 
 	// Read by New only.
-	meterProvider  metric.MeterProvider
-	tracerProvider trace.TracerProvider
-	keyAttribute   bool
-	storeName      string
+	storeName string
+	observer  Observer
 }
 
 func defaultConfig() config {

@@ -9,26 +9,25 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemem"
+	"github.com/fencing/fence/internal/testkit/obstest"
 )
 
 // A partition whose lease the store dropped while its work ran, found only
 // when the partition is released after the work returned, is reported as
 // loudly as a loss found during the work: a "lease lost" log line at
-// error level and a count in fence.losses.
+// error level and a loss reported to the observer (fence.losses).
 func TestPartitionLossFoundAtReleaseIsReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		store := fencemem.New()
-		tel := newTelemetry(t)
+		var rec obstest.Recorder
 		var logs syncBuffer
 		// Without renewal, only the release can find the loss; the hour's
 		// TTL outlasts the test's rounds (every 20 minutes).
-		c := fence.New(store, append(tel.options(), fence.WithTTL(time.Hour), fence.WithoutRenewal(),
-			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+		c := fence.New(store, fence.WithObserver(&rec), fence.WithTTL(time.Hour), fence.WithoutRenewal(),
+			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		parts := c.Partitions("g", []string{"p"})
 		var calls atomic.Int32
 		done := make(chan error, 1)
@@ -62,8 +61,14 @@ func TestPartitionLossFoundAtReleaseIsReported(t *testing.T) {
 				t.Errorf("loss log line %q lacks %s; logs:\n%s", line, want, logs.String())
 			}
 		}
-		if got := tel.sum(t, "fence.losses", attribute.String("reason", "refused")); got != 1 {
-			t.Errorf("losses (refused) = %d; want 1", got)
+		var losses int
+		for _, e := range obstest.Of[fence.LeaseEnded](&rec) {
+			if e.Reason == fence.LossRefused {
+				losses++
+			}
+		}
+		if losses != 1 {
+			t.Errorf("losses (refused) reported = %d; want 1", losses)
 		}
 		if n := calls.Load(); n != 2 {
 			t.Errorf("work ran %d times; want the partition taken again (2); logs:\n%s", n, logs.String())

@@ -70,6 +70,7 @@ require (
 	github.com/fencing/fence/fenceetcd v0.0.0
 	github.com/fencing/fence/fencemysql v0.0.0
 	github.com/fencing/fence/fencenats v0.0.0
+	github.com/fencing/fence/fenceotel v0.0.0
 	github.com/fencing/fence/fencepg v0.0.0
 	github.com/fencing/fence/fenceredis v0.0.0
 	github.com/fencing/fence/fencesql v0.0.0
@@ -105,3 +106,5 @@ replace github.com/fencing/fence/fencenats => ../fencenats
 replace github.com/fencing/fence/fenceazblob => ../fenceazblob
 
 replace github.com/fencing/fence/fencesql => ../fencesql
+
+replace github.com/fencing/fence/fenceotel => ../fenceotel

@@ -29,7 +29,7 @@ type Guard struct {
 	table   table
 	strict  bool
 	q       string
-	metrics *fence.GuardMetrics
+	metrics fence.GuardObserver
 }
 
 // NewGuard returns a guard over the guard table (see Tables and Setup).
@@ -63,7 +63,7 @@ func (g *Guard) Admit(ctx context.Context, q Querier, resource string, token int
 		return err
 	}
 	err := g.admit(ctx, q, resource, token)
-	g.metrics.Record(ctx, err)
+	fence.ObserveGuard(ctx, g.metrics, resource, token, err)
 	return err
 }
 

@@ -121,7 +121,7 @@ type options struct {
 	tables       Tables
 	autoSetup    bool
 	strict       bool
-	guardMetrics *fence.GuardMetrics
+	guardMetrics fence.GuardObserver
 }
 
 // WithTables sets the table names; zero fields keep their defaults.
@@ -136,11 +136,12 @@ func WithAutoSetup() Option { return func(o *options) { o.autoSetup = true } }
 // (token > highest) instead of the default token >= highest.
 func Strict() Option { return func(o *options) { o.strict = true } }
 
-// WithGuardMetrics makes a Guard count its admissions and stale refusals
-// in m (see fence.NewGuardMetrics) and add an event to the caller's span
-// on each refusal. An admission is counted when Admit admits, whether or
-// not the caller's transaction then commits. Drivers ignore it.
-func WithGuardMetrics(m *fence.GuardMetrics) Option { return func(o *options) { o.guardMetrics = m } }
+// WithGuardMetrics makes a Guard tell m its admissions and stale refusals
+// (fenceotel.NewGuardMetrics counts them, and adds an event to the
+// caller's span on each refusal). An admission is reported when Admit
+// admits, whether or not the caller's transaction then commits. Drivers
+// ignore it.
+func WithGuardMetrics(m fence.GuardObserver) Option { return func(o *options) { o.guardMetrics = m } }
 
 func collect(opts []Option) (options, tables, error) {
 	var o options

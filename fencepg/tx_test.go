@@ -1,7 +1,6 @@
 package fencepg_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,11 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencepg"
+	"github.com/fencing/fence/internal/testkit/obstest"
 )
 
 func TestTxLocker(t *testing.T) {
@@ -258,35 +256,19 @@ func TestGuardConcurrentWriters(t *testing.T) {
 	}
 }
 
-// With WithGuardMetrics, admissions and stale refusals are counted.
+// With WithGuardMetrics, admissions and stale refusals are reported.
 func TestGuardMetrics(t *testing.T) {
 	_, pool := server(t)
 	ctx := ctxFor(t)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
-	g, err := fencepg.NewGuard(fencepg.WithGuardMetrics(fence.NewGuardMetrics(mp, "postgres")))
+	var rec obstest.Recorder
+	g, err := fencepg.NewGuard(fencepg.WithGuardMetrics(&rec))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tok := range []int64{9, 9, 8, 0} {
 		g.On(pool).Admit(ctx, "metrics", tok)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, p := range sum.DataPoints {
-					got[m.Name] += p.Value
-				}
-			}
-		}
-	}
-	if got["fence.guard.admitted"] != 2 || got["fence.guard.refused"] != 1 {
-		t.Errorf("guard counters %v; want 2 admitted, 1 refused (the invalid token is not counted)", got)
+	if admitted, refused := rec.GuardCounts(); admitted != 2 || refused != 1 {
+		t.Errorf("guard decisions: %d admitted, %d refused; want 2, 1 (the invalid token is not reported)", admitted, refused)
 	}
 }

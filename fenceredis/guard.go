@@ -33,7 +33,7 @@ type Guard struct {
 	rdb     redis.UniversalClient
 	prefix  string
 	strict  bool
-	metrics *fence.GuardMetrics
+	metrics fence.GuardObserver
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -46,10 +46,10 @@ type GuardOption func(*Guard)
 // one holder may write many times with its token.
 func StrictGuard() GuardOption { return func(g *Guard) { g.strict = true } }
 
-// WithGuardMetrics counts the Guard's admissions and stale refusals in m
-// (see fence.NewGuardMetrics), and adds an event to the caller's span on
-// each refusal.
-func WithGuardMetrics(m *fence.GuardMetrics) GuardOption { return func(g *Guard) { g.metrics = m } }
+// WithGuardMetrics tells m the Guard's admissions and stale refusals
+// (fenceotel.NewGuardMetrics counts them, and adds an event to the
+// caller's span on each refusal).
+func WithGuardMetrics(m fence.GuardObserver) GuardOption { return func(g *Guard) { g.metrics = m } }
 
 // WithGuardPrefix sets the prefix of the record keys (default
 // "fence:guard:"). It must not contain '{' or '}'.
@@ -136,7 +136,7 @@ func (g *Guard) run(ctx context.Context, key string, token int64, write bool, op
 		return err
 	}
 	err := g.runOnce(ctx, key, token, write, op, args...)
-	g.metrics.Record(ctx, err)
+	fence.ObserveGuard(ctx, g.metrics, key, token, err)
 	return err
 }
 

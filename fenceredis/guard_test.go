@@ -1,7 +1,6 @@
 package fenceredis
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -9,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/testkit/obstest"
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
@@ -104,36 +101,18 @@ func TestGuardRefusesStaleToken(t *testing.T) {
 	}
 }
 
-// With WithGuardMetrics, admissions and stale refusals are counted.
+// With WithGuardMetrics, admissions and stale refusals are reported.
 func TestGuardMetrics(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.Redis(t)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
-	g := mustGuard(t, srv.Addr(), WithGuardMetrics(fence.NewGuardMetrics(mp, "redis")))
+	var rec obstest.Recorder
+	g := mustGuard(t, srv.Addr(), WithGuardMetrics(&rec))
 	g.Admit(ctx, "r", 7)
 	g.Set(ctx, "r", 7, "v")
 	g.Set(ctx, "r", 6, "old")
-	g.Admit(ctx, "r", 0) // invalid: not counted
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, p := range sum.DataPoints {
-					if v, _ := p.Attributes.Value("fence.guard"); v.AsString() == "redis" {
-						got[m.Name] += p.Value
-					}
-				}
-			}
-		}
-	}
-	if got["fence.guard.admitted"] != 2 || got["fence.guard.refused"] != 1 {
-		t.Errorf("guard counters %v; want 2 admitted, 1 refused", got)
+	g.Admit(ctx, "r", 0) // invalid: not reported
+	if admitted, refused := rec.GuardCounts(); admitted != 2 || refused != 1 {
+		t.Errorf("guard decisions: %d admitted, %d refused; want 2, 1", admitted, refused)
 	}
 }
 

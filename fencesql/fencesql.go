@@ -63,7 +63,7 @@ type Option func(*options)
 type options struct {
 	table   string
 	strict  bool
-	metrics *fence.GuardMetrics
+	metrics fence.GuardObserver
 }
 
 // WithTable sets the guard table's name: letters, digits and underscores,
@@ -74,17 +74,17 @@ func WithTable(name string) Option { return func(o *options) { o.table = name } 
 // Strict makes the guard admit only tokens above the highest admitted.
 func Strict() Option { return func(o *options) { o.strict = true } }
 
-// WithMetrics counts the guard's admissions and stale refusals in m (see
-// fence.NewGuardMetrics), and adds an event to the caller's span on each
-// refusal. An admission is counted when Admit admits, whether or not the
-// caller's transaction then commits.
-func WithMetrics(m *fence.GuardMetrics) Option { return func(o *options) { o.metrics = m } }
+// WithMetrics tells m the guard's admissions and stale refusals
+// (fenceotel.NewGuardMetrics counts them, and adds an event to the
+// caller's span on each refusal). An admission is reported when Admit
+// admits, whether or not the caller's transaction then commits.
+func WithMetrics(m fence.GuardObserver) Option { return func(o *options) { o.metrics = m } }
 
 // Guard checks and records fencing tokens in a guard table.
 type Guard struct {
 	dialect Dialect
 	strict  bool
-	metrics *fence.GuardMetrics
+	metrics fence.GuardObserver
 	create  string
 	admit   string // Postgres and SQLite: the one-statement check-and-record
 	ensure  string // MySQL: make the resource's row exist, locked
@@ -177,7 +177,7 @@ func (g *Guard) Admit(ctx context.Context, q Querier, resource string, token int
 		return err
 	}
 	err := g.admitOnce(ctx, q, resource, token)
-	g.metrics.Record(ctx, err)
+	fence.ObserveGuard(ctx, g.metrics, resource, token, err)
 	return err
 }
 

@@ -15,6 +15,8 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
+
+	"github.com/fencing/fence/fenceotel"
 )
 
 // metricsServer serves the fence library's metrics in the Prometheus text
@@ -22,6 +24,7 @@ import (
 // fence runs.
 type metricsServer struct {
 	provider *sdkmetric.MeterProvider
+	observer *fenceotel.Observer // on provider
 	srv      *http.Server
 	served   chan struct{}
 	url      string // http://HOST:PORT/metrics, with the port bound
@@ -44,6 +47,7 @@ func serveMetrics(addr string) (*metricsServer, error) {
 		served: make(chan struct{}),
 		url:    "http://" + ln.Addr().String() + "/metrics",
 	}
+	m.observer = fenceotel.New(fenceotel.WithMeterProvider(m.provider))
 	_, port, _ := net.SplitHostPort(addr)
 	m.picked = port == "0"
 	mux := http.NewServeMux()
@@ -64,6 +68,7 @@ func (m *metricsServer) Close() {
 		m.srv.Close()
 	}
 	<-m.served
+	_ = m.observer.Close()
 	_ = m.provider.Shutdown(ctx)
 }
 

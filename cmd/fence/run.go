@@ -123,7 +123,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			return ev.fail(err)
 		}
 		defer m.Close()
-		opts = append(opts, fence.WithMeterProvider(m.provider))
+		opts = append(opts, fence.WithObserver(m.observer))
 		// Announced on a terminal-less text run only if the port was
 		// picked for us: the user cannot know it otherwise.
 		ev.emit(event{Event: "metrics", Addr: m.url, Message: "serving metrics at " + m.url}, m.picked)

@@ -64,6 +64,7 @@ var knownImports = map[string]string{
 	"fencehttp":   "github.com/fencing/fence/fencehttp",
 	"fencemem":    "github.com/fencing/fence/fencemem",
 	"fencemysql":  "github.com/fencing/fence/fencemysql",
+	"fenceotel":   "github.com/fencing/fence/fenceotel",
 	"fencenats":   "github.com/fencing/fence/fencenats",
 	"fencepg":     "github.com/fencing/fence/fencepg",
 	"fenceredis":  "github.com/fencing/fence/fenceredis",
@@ -106,6 +107,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencing/fence"
 )
@@ -123,6 +125,7 @@ var (
 	body          io.Reader
 	connStr       string
 	meterProvider metric.MeterProvider
+	tracerProvider trace.TracerProvider
 )
 
 func writeInvoices(context.Context, int64) error { return nil }

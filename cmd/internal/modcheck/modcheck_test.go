@@ -20,6 +20,7 @@ var sdks = map[string][]string{
 	"fenceetcd":   {"go.etcd.io/etcd/client/v3"},
 	"fencemysql":  {"github.com/go-sql-driver/mysql"},
 	"fencenats":   {"github.com/nats-io/nats.go"},
+	"fenceotel":   {"go.opentelemetry.io/otel"},
 	"fencepg":     {"github.com/jackc/pgx/v5"},
 	"fenceredis":  {"github.com/redis/go-redis/v9"},
 	"fencesql":    nil, // database/sql: the program brings its driver
@@ -88,11 +89,6 @@ func stores(t *testing.T, root string) []string {
 // repository, with the given modules (directories) replaced by the
 // checkout, and returns its `go list -m all`.
 func graph(t *testing.T, root string, mods []string, pkgs []string) []string {
-	return graphWith(t, root, mods, nil, pkgs)
-}
-
-// graphWith is graph with extra requirements, "path version" each.
-func graphWith(t *testing.T, root string, mods, requires []string, pkgs []string) []string {
 	t.Helper()
 	dir := t.TempDir()
 	var mod, sum strings.Builder
@@ -109,9 +105,6 @@ func graphWith(t *testing.T, root string, mods, requires []string, pkgs []string
 			t.Fatal(err)
 		}
 		sum.Write(b)
-	}
-	for _, r := range requires {
-		mod.WriteString("require " + r + "\n")
 	}
 	var src strings.Builder
 	src.WriteString("package main\n\nimport (\n")
@@ -209,11 +202,11 @@ func problems(t *testing.T, r string, core []string, s string, extra []string) [
 	for _, m := range core {
 		allowed[m] = true
 	}
-	if len(own) > 0 {
-		// The SDK alone, at the versions the store module requires.
-		for _, m := range graphWith(t, r, nil, requirements(t, filepath.Join(r, s)), own) {
-			allowed[m] = true
-		}
+	// What the SDK needs: every module its own requirements reach, in the
+	// store module's graph.
+	needs := reachable(t, filepath.Join(r, s), own)
+	for m := range needs {
+		allowed[m] = true
 	}
 	var probs []string
 	for _, m := range list {
@@ -228,6 +221,9 @@ func problems(t *testing.T, r string, core []string, s string, extra []string) [
 		}
 	}
 	for _, m := range matching(list, others) {
+		if needs[m] {
+			continue // the SDK itself needs it (etcd's client uses OpenTelemetry)
+		}
 		probs = append(probs, fmt.Sprintf("fence + %s gets another store's SDK %s", s, m))
 	}
 	if n, ok := limits[s]; ok && len(list) > n {
@@ -237,23 +233,43 @@ func problems(t *testing.T, r string, core []string, s string, extra []string) [
 	return probs
 }
 
-// requirements returns the direct requirements of the module in dir, as
-// "path version", outside the repository (no github.com/fencing/fence).
-func requirements(t *testing.T, dir string) []string {
+// reachable returns the module paths reachable, in the module graph of
+// the module in dir, from the modules whose paths start with one of roots.
+func reachable(t *testing.T, dir string, roots []string) map[string]bool {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{if not .Indirect}}{{.Path}} {{.Version}}{{end}}", "all")
+	cmd := exec.Command("go", "mod", "graph")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -m in %s: %v", dir, err)
+		t.Fatalf("go mod graph in %s: %v", dir, err)
 	}
-	var reqs []string
+	edges := map[string][]string{}
+	var queue []string
 	for _, l := range strings.Split(string(out), "\n") {
 		f := strings.Fields(l)
-		if len(f) == 2 && !strings.HasPrefix(f[0], "github.com/fencing/fence") {
-			reqs = append(reqs, l)
+		if len(f) != 2 {
+			continue
+		}
+		edges[f[0]] = append(edges[f[0]], f[1])
+		for _, n := range f {
+			if len(matching([]string{n}, roots)) > 0 {
+				queue = append(queue, n)
+			}
 		}
 	}
-	return reqs
+	seen := map[string]bool{}
+	paths := map[string]bool{}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		path, _, _ := strings.Cut(n, "@")
+		paths[path] = true
+		queue = append(queue, edges[n]...)
+	}
+	return paths
 }

@@ -14,12 +14,11 @@ import (
 	"github.com/fencing/fence/internal/testkit/leakcheck"
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	_ "modernc.org/sqlite"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencesql"
+	"github.com/fencing/fence/internal/testkit/obstest"
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
@@ -99,16 +98,13 @@ func exercise(t *testing.T, d fencesql.Dialect, db *sql.DB) {
 		})
 	}
 	t.Run("Metrics", func(t *testing.T) {
-		reader := sdkmetric.NewManualReader()
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		defer mp.Shutdown(context.Background())
-		g, _ := fencesql.New(d, fencesql.WithMetrics(fence.NewGuardMetrics(mp, "sql")))
+		var rec obstest.Recorder
+		g, _ := fencesql.New(d, fencesql.WithMetrics(&rec))
 		for _, tok := range []int64{5, 5, 4, 0} {
 			g.On(db).Admit(ctx, "metrics", tok)
 		}
-		got := guardCounts(t, reader)
-		if got["fence.guard.admitted"] != 2 || got["fence.guard.refused"] != 1 {
-			t.Errorf("guard counters %v; want 2 admitted, 1 refused (the invalid token is not counted)", got)
+		if admitted, refused := rec.GuardCounts(); admitted != 2 || refused != 1 {
+			t.Errorf("guard decisions: %d admitted, %d refused; want 2, 1 (the invalid token is not reported)", admitted, refused)
 		}
 	})
 	t.Run("Rules", func(t *testing.T) {
@@ -277,27 +273,4 @@ func concurrentWriters(t *testing.T, ctx context.Context, d fencesql.Dialect, db
 	if accepted == writers*each {
 		t.Errorf("no stale write refused: the interleaving did not test the guard")
 	}
-}
-
-// guardCounts returns the guard counters reader has, by name, for the
-// guard named "sql".
-func guardCounts(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, p := range sum.DataPoints {
-					if v, _ := p.Attributes.Value("fence.guard"); v.AsString() == "sql" {
-						out[m.Name] += p.Value
-					}
-				}
-			}
-		}
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package fence_test
+package fenceotel_test
 
 import (
 	"bytes"
@@ -20,9 +20,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencemem"
+	"github.com/fencing/fence/fenceotel"
 )
 
 type telemetry struct {
@@ -43,8 +45,11 @@ func newTelemetry(t *testing.T) *telemetry {
 	return tel
 }
 
-func (tel *telemetry) options() []fence.Option {
-	return []fence.Option{fence.WithMeterProvider(tel.mp), fence.WithTracerProvider(tel.tp)}
+// options returns the options of a Client observed by a fenceotel
+// Observer on tel's providers, with opts.
+func (tel *telemetry) options(opts ...fenceotel.Option) []fence.Option {
+	o := fenceotel.New(append([]fenceotel.Option{fenceotel.WithMeterProvider(tel.mp), fenceotel.WithTracerProvider(tel.tp)}, opts...)...)
+	return []fence.Option{fence.WithObserver(o)}
 }
 
 // sum returns the value of a counter (or the count of a histogram) over the
@@ -366,7 +371,7 @@ func TestMetricsAndLogOnExpiredLoss(t *testing.T) {
 		ctx := t.Context()
 		tel := newTelemetry(t)
 		var logs syncBuffer
-		store := newHooked()
+		store := newFailing()
 		c := fence.New(store, append(tel.options(), fence.WithTTL(300*time.Millisecond),
 			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 		l, err := c.TryAcquire(ctx, "k")
@@ -403,7 +408,7 @@ func TestWarnsWhenRenewalIsCloseToDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		var logs syncBuffer
-		store := newHooked()
+		store := newFailing()
 		// The store answers each renewal a twelfth of the TTL before the
 		// validity ends: under the warning's sixth.
 		const ttl = 1200 * time.Millisecond
@@ -437,7 +442,7 @@ func TestLeaseAgeByKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		tel := newTelemetry(t)
-		c := fence.New(fencemem.New(), append(tel.options(), fence.WithKeyAttribute())...)
+		c := fence.New(fencemem.New(), tel.options(fenceotel.WithKeyAttribute())...)
 		a, err := c.TryAcquire(ctx, "a")
 		if err != nil {
 			t.Fatal(err)
@@ -486,7 +491,7 @@ func (b *syncBuffer) String() string {
 func TestGuardMetricsCountRefusals(t *testing.T) {
 	ctx := context.Background()
 	tel := newTelemetry(t)
-	g := fence.MemoryGuard{Metrics: fence.NewGuardMetrics(tel.mp, "memory")}
+	g := fence.MemoryGuard{Metrics: fenceotel.NewGuardMetrics("memory", fenceotel.WithMeterProvider(tel.mp))}
 	g.Admit(ctx, "r", 2)
 	g.Admit(ctx, "r", 2)
 	g.Admit(ctx, "r", 1)
@@ -504,7 +509,7 @@ func TestGuardMetricsCountRefusals(t *testing.T) {
 // naming the token and the highest one admitted.
 func TestGuardRefusalIsASpanEvent(t *testing.T) {
 	tel := newTelemetry(t)
-	g := fence.MemoryGuard{Metrics: fence.NewGuardMetrics(tel.mp, "memory")}
+	g := fence.MemoryGuard{Metrics: fenceotel.NewGuardMetrics("memory", fenceotel.WithMeterProvider(tel.mp))}
 	ctx, span := tel.tp.Tracer("test").Start(context.Background(), "write")
 	if err := g.Admit(ctx, "r", 34); err != nil {
 		t.Fatal(err)
@@ -539,66 +544,9 @@ func TestGuardRefusalIsASpanEvent(t *testing.T) {
 	}
 }
 
-func TestWarnsWhenWorkRepeatedlyOutlastsTTL(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := t.Context()
-		var logs syncBuffer
-		c := fence.New(fencemem.New(), fence.WithTTL(300*time.Millisecond),
-			fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-		for i := range 2 {
-			if err := c.Run(ctx, "slow", func(context.Context, *fence.Lease) error {
-				time.Sleep(500 * time.Millisecond)
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if i == 0 && strings.Contains(logs.String(), "longer than its TTL") {
-				t.Errorf("warned after a single long hold")
-			}
-		}
-		if !strings.Contains(logs.String(), "repeatedly held longer than its TTL") {
-			t.Errorf("no warning after two holds longer than the TTL; logs:\n%s", logs.String())
-		}
-	})
-}
-
-// Holders say when they acquired the key: the granted attempt, not the
-// start of the wait before it.
-func TestHolderMetaSaysWhenAcquired(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := t.Context()
-		store := fencemem.New()
-		c := fence.New(store)
-		l, err := c.TryAcquire(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.AfterFunc(time.Second, func() { l.Release(ctx) })
-		l2, err := c.Acquire(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l2.Release(ctx)
-		h, err := c.Inspect(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		at, err := time.Parse(time.RFC3339Nano, h.Meta["acquired_at"])
-		if err != nil {
-			t.Fatalf("acquired_at %q: %v", h.Meta["acquired_at"], err)
-		}
-		if d := l2.AcquiredAt().Sub(at); d < 0 || d > 800*time.Millisecond {
-			t.Errorf("acquired_at %v is %v before the grant; want the granted attempt's time", at, d)
-		}
-		if h.Meta["host"] == "" || h.Meta["pid"] == "" {
-			t.Errorf("meta %v lacks host or pid", h.Meta)
-		}
-	})
-}
-
-// A Client made before an SDK is installed as the global tracer and meter
-// provider records nothing until then, and everything after: fence skips
-// the spans while they would go nowhere, and must notice the SDK.
+// An Observer made before an SDK is installed as the global tracer and
+// meter provider records nothing until then, and everything after: it
+// must notice the SDK.
 //
 // otel's default global providers hand over to the first SDK installed,
 // once per process, and no SDK can be uninstalled after: so the test runs
@@ -617,7 +565,7 @@ func TestGlobalProvidersInstalledAfterNew(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	c := fence.New(fencemem.New(), fence.WithTTL(10*time.Second))
+	c := fence.New(fencemem.New(), fence.WithTTL(10*time.Second), fence.WithObserver(fenceotel.New()))
 	l, err := c.Acquire(ctx, "before")
 	if err != nil {
 		t.Fatal(err)
@@ -657,3 +605,142 @@ func TestGlobalProvidersInstalledAfterNew(t *testing.T) {
 		t.Error("no fence.acquire.duration recorded through the global meter provider")
 	}
 }
+
+// failing wraps a fencemem.Store so that tests can make its renewals slow
+// or failing.
+type failing struct {
+	*fencemem.Store
+	mu         sync.Mutex
+	extendHook func(ctx context.Context, next func() error) error
+}
+
+func newFailing() *failing { return &failing{Store: fencemem.New()} }
+
+func (f *failing) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := f.Store.TryAcquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &failingClaim{Claim: c, f: f}, nil
+}
+
+func (f *failing) setExtend(hook func(ctx context.Context, next func() error) error) {
+	f.mu.Lock()
+	f.extendHook = hook
+	f.mu.Unlock()
+}
+
+type failingClaim struct {
+	fence.Claim
+	f *failing
+}
+
+func (c *failingClaim) Extend(ctx context.Context, ttl time.Duration) error {
+	c.f.mu.Lock()
+	hook := c.f.extendHook
+	c.f.mu.Unlock()
+	next := func() error { return c.Claim.Extend(ctx, ttl) }
+	if hook != nil {
+		return hook(ctx, next)
+	}
+	return next()
+}
+
+// waitDone waits until l is lost or released.
+func waitDone(t *testing.T, l *fence.Lease, within time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(within):
+		t.Fatalf("lease %q not done within %v", l.Key(), within)
+	}
+}
+
+// fence's spans are children of the caller's: the acquire and release of
+// the span current in their calls, renewals of the one current when the
+// lease was acquired. fenceotel never ends a span it did not start.
+func TestSpansNestUnderTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		tel := newTelemetry(t)
+		c := fence.New(fencemem.New(), append(tel.options(), fence.WithTTL(300*time.Millisecond))...)
+		jobCtx, job := tel.tp.Tracer("test").Start(ctx, "job")
+		l, err := c.Acquire(jobCtx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond) // one renewal
+		if err := l.Release(jobCtx); err != nil {
+			t.Fatal(err)
+		}
+		if !job.IsRecording() {
+			t.Fatal("the caller's span was ended by fence")
+		}
+		job.End()
+		want := job.SpanContext().SpanID()
+		seen := map[string]bool{}
+		for _, s := range tel.spans.Ended() {
+			if s.Name() == "job" {
+				continue
+			}
+			seen[s.Name()] = true
+			if s.Parent().SpanID() != want {
+				t.Errorf("%s span's parent is %v; want the caller's span %v", s.Name(), s.Parent().SpanID(), want)
+			}
+		}
+		for _, name := range []string{"fence.acquire", "fence.renew", "fence.release"} {
+			if !seen[name] {
+				t.Errorf("no %s span; saw %v", name, seen)
+			}
+		}
+	})
+}
+
+// Combined with another observer, fenceotel's spans and gauges still
+// work, whatever the other one puts in the context.
+func TestCombinedWithAnotherObserver(t *testing.T) {
+	ctx := context.Background()
+	tel := newTelemetry(t)
+	other := &spanningObserver{tracer: tel.tp.Tracer("other")}
+	obs := fenceotel.New(fenceotel.WithMeterProvider(tel.mp), fenceotel.WithTracerProvider(tel.tp))
+	c := fence.New(fencemem.New(), fence.WithObserver(fence.Observers(obs, other)))
+	l, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tel.sum(t, "fence.leases.held"); got != 1 {
+		t.Errorf("leases held = %d; want 1", got)
+	}
+	l.Release(ctx)
+	if got := tel.sum(t, "fence.leases.held"); got != 0 {
+		t.Errorf("leases held after release = %d; want 0", got)
+	}
+	other.span.End()
+	var names []string
+	for _, s := range tel.spans.Ended() {
+		names = append(names, s.Name())
+	}
+	if strings.Join(names, ",") != "fence.acquire,fence.release,other" {
+		t.Errorf("spans ended %v; want fence.acquire, fence.release, then the other observer's", names)
+	}
+}
+
+// spanningObserver starts a span of its own in AcquireStart and leaves
+// it open.
+type spanningObserver struct {
+	tracer interface {
+		Start(context.Context, string, ...trace.SpanStartOption) (context.Context, trace.Span)
+	}
+	span trace.Span
+}
+
+func (o *spanningObserver) AcquireStart(ctx context.Context, _ fence.AcquireStart) context.Context {
+	ctx, o.span = o.tracer.Start(ctx, "other")
+	return ctx
+}
+func (*spanningObserver) WaitStart(context.Context, fence.WaitStart)       {}
+func (*spanningObserver) LeaseGranted(context.Context, fence.LeaseGranted) {}
+func (*spanningObserver) AcquireEnd(context.Context, fence.AcquireEnd)     {}
+func (*spanningObserver) Renewed(context.Context, fence.Renewed)           {}
+func (*spanningObserver) LeaseEnded(context.Context, fence.LeaseEnded)     {}
+func (*spanningObserver) Released(context.Context, fence.Released)         {}
