@@ -157,7 +157,7 @@ func (d *Driver) Close() error {
 func (d *Driver) Prefix() string { return d.root }
 
 // names escapes keys and owners into etcd key segments without "/".
-var names = keyenc.Alphabet{Escape: '%', Keep: func(b byte) bool { return b > 0x20 && b < 0x7f && b != '/' }}
+var names = keyenc.New('%', keyenc.Printable("/"))
 
 // dir returns the prefix of key's queue entries, ending in "/".
 func (d *Driver) dir(key string) string { return d.root + names.Encode(key) + "/" }

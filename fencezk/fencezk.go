@@ -230,9 +230,7 @@ func (d *Driver) Conn() *zk.Conn { return d.conn }
 
 // names escapes keys and owners into znode names: printable ASCII but "/",
 // "." and the escape byte, so no name is "." or "..".
-var names = keyenc.Alphabet{Escape: '%', Keep: func(b byte) bool {
-	return b > 0x20 && b < 0x7f && b != '/' && b != '.'
-}}
+var names = keyenc.New('%', keyenc.Printable("/."))
 
 // KeyPath returns the znode under which key's queue lives.
 func (d *Driver) KeyPath(key string) string { return d.root + "/" + names.Encode(key) }
