@@ -40,6 +40,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/cancelwait"
 )
 
 // DefaultTable is the default name of the counter table.
@@ -414,51 +415,21 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 }
 
 // wait blocks in GET_LOCK on conn until it is granted or ctx ends. Then
-// it kills the statement from another connection, again and again until
-// it has ended (a KILL QUERY that reaches the server before the statement
-// has started kills nothing), and after a grace period kills the whole
-// connection.
+// it kills the statement from another connection (cancelwait), and after
+// a grace period the whole connection.
 func (d *Driver) wait(ctx context.Context, conn *sql.Conn, connID int64, name string) (bool, error) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-		}
-		grace := time.NewTimer(killGrace)
-		defer grace.Stop()
-		tick := time.NewTicker(killEvery)
-		defer tick.Stop()
-		kill := "KILL QUERY %d"
-		for {
-			kctx, cancel := context.WithTimeout(context.Background(), killGrace)
-			_, _ = d.db.ExecContext(kctx, fmt.Sprintf(kill, connID))
-			cancel()
-			select {
-			case <-stop:
-				return
-			case <-grace.C:
-				kill = "KILL CONNECTION %d"
-			case <-tick.C:
-			}
-		}
-	}()
 	var got sql.NullInt64
-	err := conn.QueryRowContext(context.Background(), `SELECT /* fence wait */ GET_LOCK(?, ?)`, name, waitForever).Scan(&got)
-	close(stop)
-	<-done
+	err := cancelwait.Run(ctx, func(kctx context.Context, hard bool) {
+		kill := "KILL QUERY %d"
+		if hard {
+			kill = "KILL CONNECTION %d"
+		}
+		_, _ = d.db.ExecContext(kctx, fmt.Sprintf(kill, connID))
+	}, func() error {
+		return conn.QueryRowContext(context.Background(), `SELECT /* fence wait */ GET_LOCK(?, ?)`, name, waitForever).Scan(&got)
+	})
 	return got.Int64 == 1, err
 }
-
-// killEvery is how often a cancelled wait's KILL QUERY is repeated until
-// the wait ends; killGrace is when the connection itself is killed.
-const (
-	killEvery = 100 * time.Millisecond
-	killGrace = 5 * time.Second
-)
 
 // grant bumps the token of a granted attempt and starts its monitor.
 func (d *Driver) grant(ctx context.Context, a *attempt, req fence.Request, name string) (fence.Claim, error) {
