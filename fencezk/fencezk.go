@@ -76,6 +76,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/fifo"
 	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
@@ -423,53 +424,59 @@ var errEntryGone = errors.New("fencezk: queue entry vanished while waiting (sess
 // before; no thundering herd), and confirms through the leader that path
 // still exists.
 func (d *Driver) waitTurn(ctx context.Context, path string, ahead func(q []child, i int) int) error {
-	parent, name := parentOf(path), path[strings.LastIndexByte(path, '/')+1:]
-	for {
-		var kids []string
-		if err := d.await(ctx, func() (err error) {
-			kids, _, err = d.conn.Children(parent)
-			return err
-		}, nil); err != nil {
-			return err
-		}
-		q := queue(kids)
-		i := slices.IndexFunc(q, func(c child) bool { return c.name == name })
-		if i < 0 {
-			return errEntryGone
-		}
-		j := ahead(q, i)
-		if j < 0 {
-			break
-		}
-		pred := parent + "/" + q[j].name
-		var (
-			exists bool
-			ch     <-chan zk.Event
-		)
-		if err := d.await(ctx, func() (err error) {
-			exists, _, ch, err = d.conn.ExistsW(pred)
-			return err
-		}, nil); err != nil {
-			return err
-		}
-		if !exists {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-d.ctx.Done():
-			return errClosed
-		case ev := <-ch:
-			if ev.Type == zk.EventNotWatching {
-				return fmt.Errorf("%w: %w", errEntryGone, ev.Err)
-			}
-		}
-	}
-	// Reads may come from a follower; make sure, through the leader, that
-	// our entry and session still live before granting.
-	return d.check(ctx, path)
+	return fifo.WaitTurn(ctx, turn{d: d, path: path, ahead: ahead})
 }
+
+// turn is a waiting child's view of its queue, for fifo.WaitTurn.
+type turn struct {
+	d     *Driver
+	path  string
+	ahead func(q []child, i int) int
+}
+
+var _ fifo.Queue[string] = turn{}
+
+// Ahead returns the path of the child to wait for.
+func (t turn) Ahead(ctx context.Context) (string, bool, error) {
+	q, i, err := t.d.listQueue(ctx, t.path)
+	if err != nil {
+		return "", false, err
+	}
+	j := t.ahead(q, i)
+	if j < 0 {
+		return "", false, nil
+	}
+	return parentOf(t.path) + "/" + q[j].name, true, nil
+}
+
+// AwaitGone waits for a watch on pred to fire.
+func (t turn) AwaitGone(ctx context.Context, pred string) error {
+	var (
+		exists bool
+		ch     <-chan zk.Event
+	)
+	if err := t.d.await(ctx, func() (err error) {
+		exists, _, ch, err = t.d.conn.ExistsW(pred)
+		return err
+	}, nil); err != nil || !exists {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.d.ctx.Done():
+		return errClosed
+	case ev := <-ch:
+		if ev.Type == zk.EventNotWatching {
+			return fmt.Errorf("%w: %w", errEntryGone, ev.Err)
+		}
+		return nil
+	}
+}
+
+// Confirm checks through the leader, as reads may come from a follower,
+// that the waiting child and its session still live.
+func (t turn) Confirm(ctx context.Context) error { return t.d.check(ctx, t.path) }
 
 // predecessor is waitTurn's ahead for locks and writers: the child just
 // before, until the child is first.
