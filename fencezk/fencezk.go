@@ -78,6 +78,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/fifo"
 	"github.com/fencing/fence/internal/kit/keyenc"
+	"github.com/fencing/fence/internal/kit/rwpref"
 )
 
 // DefaultRoot is the znode under which the driver keeps its queues unless
@@ -419,19 +420,18 @@ func (d *Driver) makeRoot(ctx context.Context) error {
 
 var errEntryGone = errors.New("fencezk: queue entry vanished while waiting (session expired or znode deleted)")
 
-// waitTurn returns once ahead finds no child to wait for before path's,
-// watching only the child it names (for a lock or a writer: the one just
-// before; no thundering herd), and confirms through the leader that path
-// still exists.
-func (d *Driver) waitTurn(ctx context.Context, path string, ahead func(q []child, i int) int) error {
-	return fifo.WaitTurn(ctx, turn{d: d, path: path, ahead: ahead})
+// waitTurn returns once no child of path's queue is left for it to wait
+// for (rwpref.WaitsFor: for a lock or a writer the one just before, for a
+// reader the last writer before), watching only that one (no thundering
+// herd), and confirms through the leader that path still exists.
+func (d *Driver) waitTurn(ctx context.Context, path string) error {
+	return fifo.WaitTurn(ctx, turn{d: d, path: path})
 }
 
 // turn is a waiting child's view of its queue, for fifo.WaitTurn.
 type turn struct {
-	d     *Driver
-	path  string
-	ahead func(q []child, i int) int
+	d    *Driver
+	path string
 }
 
 var _ fifo.Queue[string] = turn{}
@@ -442,7 +442,7 @@ func (t turn) Ahead(ctx context.Context) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	j := t.ahead(q, i)
+	j := waitsFor(q, i)
 	if j < 0 {
 		return "", false, nil
 	}
@@ -478,9 +478,11 @@ func (t turn) AwaitGone(ctx context.Context, pred string) error {
 // that the waiting child and its session still live.
 func (t turn) Confirm(ctx context.Context) error { return t.d.check(ctx, t.path) }
 
-// predecessor is waitTurn's ahead for locks and writers: the child just
-// before, until the child is first.
-func predecessor(_ []child, i int) int { return i - 1 }
+// waitsFor returns the index of the child that child i of queue q waits
+// for, -1 if none.
+func waitsFor(q []child, i int) int {
+	return rwpref.WaitsFor(i, func(j int) bool { return q[j].kind == 'r' })
+}
 
 var errClosed = errors.New("fencezk: driver closed")
 
