@@ -41,6 +41,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/cancelwait"
+	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
 // DefaultTable is the default name of the counter table.
@@ -78,10 +79,9 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 func WithAutoSetup() Option { return func(o *options) { o.autoSetup = true } }
 
 var (
-	identPart  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-	prefixRE   = regexp.MustCompile(`^[a-z0-9_]{1,8}$`)
-	plainKeyRE = regexp.MustCompile(`^[a-z0-9_./:-]+$`)
-	b32        = base32.StdEncoding.WithPadding(base32.NoPadding)
+	identPart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	prefixRE  = regexp.MustCompile(`^[a-z0-9_]{1,8}$`)
+	b32       = base32.StdEncoding.WithPadding(base32.NoPadding)
 )
 
 func quoteTable(name string) (string, error) {
@@ -110,12 +110,16 @@ func LockName(prefix, key string) string {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if len(prefix)+1+len(key) <= 64 && plainKeyRE.MatchString(key) {
+	if len(prefix)+1+len(key) <= 64 && key != "" && plainKeys.Keeps(key) {
 		return prefix + ":" + key
 	}
 	sum := sha256.Sum256([]byte(key))
 	return prefix + "#" + strings.ToLower(b32.EncodeToString(sum[:]))
 }
+
+// plainKeys are the keys that name their lock as they are: lower case,
+// since lock names ignore case.
+var plainKeys = keyenc.New('%', keyenc.Lower("_./:-"))
 
 // Driver is the MySQL/MariaDB fence driver. It is safe for concurrent use.
 type Driver struct {

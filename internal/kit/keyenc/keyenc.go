@@ -10,7 +10,7 @@
 // digits. Because it works byte by byte, the escaped form of a prefix is a
 // prefix of the escaped form of every key that starts with it, which lets
 // stores with range reads list keys by prefix. Escaping is case-preserving;
-// a store whose names ignore case must not rely on it alone.
+// a store whose names ignore case keeps only Lower bytes, or hashes.
 package keyenc
 
 import (
@@ -54,6 +54,15 @@ func Alnum(extra string) func(byte) bool {
 	}
 }
 
+// Lower keeps lower-case ASCII letters, digits and the bytes of extra: the
+// alphabet of a store whose names ignore case, where a name with an
+// upper-case letter would meet another key's.
+func Lower(extra string) func(byte) bool {
+	return func(b byte) bool {
+		return 'a' <= b && b <= 'z' || '0' <= b && b <= '9' || strings.IndexByte(extra, b) >= 0
+	}
+}
+
 // Printable keeps printable ASCII but space and the bytes of except.
 func Printable(except string) func(byte) bool {
 	return func(b byte) bool { return b > 0x20 && b < 0x7f && strings.IndexByte(except, b) < 0 }
@@ -83,6 +92,9 @@ func (a *Alphabet) EncodedLen(s string) int {
 	}
 	return n
 }
+
+// Keeps reports whether a keeps every byte of s, so that a.Encode(s) is s.
+func (a *Alphabet) Keeps(s string) bool { return a.EncodedLen(s) == len(s) }
 
 // Encode escapes s.
 func (a *Alphabet) Encode(s string) string {

@@ -88,3 +88,15 @@ func TestEncodePrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestKeepsAndLower(t *testing.T) {
+	lower := New('%', Lower("_-"))
+	for s, want := range map[string]bool{"": true, "a_b-9": true, "A": false, "a b": false, "%": false, "é": false} {
+		if got := lower.Keeps(s); got != want {
+			t.Errorf("Keeps(%q) = %v; want %v", s, got, want)
+		}
+		if got := lower.Encode(s) == s; got != want {
+			t.Errorf("Encode(%q) == %q is %v; Keeps says %v", s, s, got, want)
+		}
+	}
+}
