@@ -167,7 +167,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 // too long for an escaped blob name (its key is read from the blob).
 func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	var hs []fence.Holder
-	err := s.listBlobs(ctx, escapedPrefix+escape(prefix, escapedLen(prefix)), func(name string, item *container.BlobItem) error {
+	err := s.listBlobs(ctx, escapedPrefix+names.Encode(prefix), func(name string, item *container.BlobItem) error {
 		if key, ok := keyFromName(name); ok && strings.HasPrefix(key, prefix) {
 			hs = append(hs, holderFrom(key, item.Metadata, item.Properties.LeaseState))
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
 // Blob names. A key maps to "key/" and the key escaped byte by byte
@@ -21,48 +23,17 @@ const (
 	maxBlobName   = 1024
 )
 
+// names keeps letters, digits, '-' and '_'.
+var names = keyenc.New('~', keyenc.Alnum("-_"))
+
 // BlobName returns the name of the blob that holds key's lease and token
 // counter in the store's container. Distinct keys have distinct names.
 func BlobName(key string) string {
-	if n := escapedLen(key); len(escapedPrefix)+n <= maxBlobName {
-		return escapedPrefix + escape(key, n)
+	if len(escapedPrefix)+names.EncodedLen(key) <= maxBlobName {
+		return escapedPrefix + names.Encode(key)
 	}
 	sum := sha256.Sum256([]byte(key))
 	return hashedPrefix + hex.EncodeToString(sum[:])
-}
-
-func plain(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
-}
-
-func escapedLen(s string) int {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if plain(s[i]) {
-			n++
-		} else {
-			n += 3
-		}
-	}
-	return n
-}
-
-const upperHex = "0123456789ABCDEF"
-
-func escape(s string, n int) string {
-	var b strings.Builder
-	b.Grow(n)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if plain(c) {
-			b.WriteByte(c)
-		} else {
-			b.WriteByte('~')
-			b.WriteByte(upperHex[c>>4])
-			b.WriteByte(upperHex[c&15])
-		}
-	}
-	return b.String()
 }
 
 // keyFromName returns the key of a blob named by BlobName, for names of
@@ -72,24 +43,8 @@ func keyFromName(name string) (string, bool) {
 	if !ok || rest == "" {
 		return "", false
 	}
-	b := make([]byte, 0, len(rest))
-	for i := 0; i < len(rest); i++ {
-		c := rest[i]
-		if plain(c) {
-			b = append(b, c)
-			continue
-		}
-		if c != '~' || i+2 >= len(rest) {
-			return "", false
-		}
-		hi, lo := strings.IndexByte(upperHex, rest[i+1]), strings.IndexByte(upperHex, rest[i+2])
-		if hi < 0 || lo < 0 || plain(byte(hi<<4|lo)) {
-			return "", false // not a name BlobName makes
-		}
-		b = append(b, byte(hi<<4|lo))
-		i += 2
-	}
-	return string(b), true
+	key, err := names.Decode(rest)
+	return key, err == nil
 }
 
 // LeaseID returns the Azure lease ID that the acquisition with owner id

@@ -84,6 +84,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/delayq"
+	"github.com/fencing/fence/internal/kit/fifo"
 	"github.com/fencing/fence/internal/kit/keyenc"
 	"github.com/fencing/fence/internal/kit/metajson"
 )
@@ -157,7 +158,7 @@ func (d *Driver) Close() error {
 func (d *Driver) Prefix() string { return d.root }
 
 // names escapes keys and owners into etcd key segments without "/".
-var names = keyenc.Alphabet{Escape: '%', Keep: func(b byte) bool { return b > 0x20 && b < 0x7f && b != '/' }}
+var names = keyenc.New('%', keyenc.Printable("/"))
 
 // dir returns the prefix of key's queue entries, ending in "/".
 func (d *Driver) dir(key string) string { return d.root + names.Encode(key) + "/" }
@@ -346,29 +347,55 @@ func (d *Driver) rebind(ctx context.Context, s, w *session, q queue, rev int64) 
 // waitTurn returns once no entry under ahead was created before the entry
 // name, created at rev: for a lock (ahead is the key's queue), once the
 // entry is first. It watches the entry under ahead created last before it
-// for deletion, again and again, and fails if the session or the waiter
-// lease w ends or the entry itself vanishes.
+// for deletion, again and again (fifo.WaitTurn), and fails if the session
+// or the waiter lease w ends or the entry itself vanishes.
 func (d *Driver) waitTurn(ctx context.Context, s, w *session, ahead, name string, rev int64) error {
-	for {
-		resp, err := d.cli.Txn(ctx).
-			Then(clientv3.OpGet(name),
-				clientv3.OpGet(ahead, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)).
-			Commit()
-		if err != nil {
-			return err
-		}
-		if mine := resp.Responses[0].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
-			return d.entryGone(ctx, s, w)
-		}
-		pred := resp.Responses[1].GetResponseRange().Kvs
-		if len(pred) == 0 {
-			return waiting(s, w) // first, unless a lease ended meanwhile
-		}
-		if err := d.waitGone(ctx, s, w, string(pred[0].Key), pred[0].CreateRevision); err != nil {
-			return err
-		}
-	}
+	return fifo.WaitTurn(ctx, turn{d: d, s: s, w: w, ahead: ahead, name: name, rev: rev})
 }
+
+// turn is a waiting entry's view of its queue, for fifo.WaitTurn.
+type turn struct {
+	d           *Driver
+	s, w        *session
+	ahead, name string
+	rev         int64
+}
+
+// pred is an entry ahead of a waiting one.
+type pred struct {
+	key       string
+	createRev int64
+}
+
+var _ fifo.Queue[pred] = turn{}
+
+// Ahead reads, in one transaction, the waiting entry and the entry under
+// t.ahead created last before it.
+func (t turn) Ahead(ctx context.Context) (pred, bool, error) {
+	resp, err := t.d.cli.Txn(ctx).
+		Then(clientv3.OpGet(t.name),
+			clientv3.OpGet(t.ahead, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(t.rev-1))...)).
+		Commit()
+	if err != nil {
+		return pred{}, false, err
+	}
+	if mine := resp.Responses[0].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != t.rev {
+		return pred{}, false, t.d.entryGone(ctx, t.s, t.w)
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return pred{}, false, nil
+	}
+	return pred{string(kvs[0].Key), kvs[0].CreateRevision}, true, nil
+}
+
+// AwaitGone watches p for deletion.
+func (t turn) AwaitGone(ctx context.Context, p pred) error {
+	return t.d.waitGone(ctx, t.s, t.w, p.key, p.createRev)
+}
+
+// Confirm grants the turn unless a lease ended meanwhile.
+func (t turn) Confirm(context.Context) error { return waiting(t.s, t.w) }
 
 // waiting returns nil while both the session s and the waiter lease w of
 // a waiting entry live, else why one ended.

@@ -42,6 +42,8 @@ import (
 // that grant's. A waiting writer's entry keeps new readers behind it:
 // writers are never starved by readers (FIFO, not a timed intent: a
 // writer that stops waiting deletes its entry, or its session expires).
+// The ahead ranges are rwpref.WaitsFor as range reads: a reader waits for
+// the last writer before it, anything else for the entry before it.
 
 // Supports implements fence.KindSupporter: locks, semaphores and
 // reader-writer locks, all as FIFO queues.

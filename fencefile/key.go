@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
 // lockSuffix ends the name of every lock file in a store's directory.
@@ -26,26 +28,11 @@ const maxReadable = 48
 // hash collision would be detected, not silently shared.
 func fileName(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	var b strings.Builder
-	b.Grow(maxReadable + 1 + 32 + len(lockSuffix))
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		var enc string
-		if safeByte(c) && !(i == 0 && c == '.') {
-			enc = string(c)
-		} else {
-			enc = "%" + strings.ToUpper(hex.EncodeToString([]byte{c}))
-		}
-		if b.Len()+len(enc) > maxReadable {
-			break
-		}
-		b.WriteString(enc)
-	}
-	b.WriteByte('.')
-	b.WriteString(hex.EncodeToString(sum[:16]))
-	b.WriteString(lockSuffix)
-	return b.String()
+	return names.EncodePrefix(key, maxReadable) + "." + hex.EncodeToString(sum[:16]) + lockSuffix
 }
+
+// names keeps letters, digits, '-', '_' and '.', but not a leading '.'.
+var names = keyenc.New('%', keyenc.Alnum("-_.")).NotFirst(".")
 
 // isLockName reports whether name has the shape fileName gives.
 func isLockName(name string) bool {
@@ -63,9 +50,4 @@ func isLockName(name string) bool {
 		}
 	}
 	return true
-}
-
-func safeByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '-' || c == '_' || c == '.'
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/rwpref"
 )
 
 // Semaphores and reader-writer locks live in files of their own beside the
@@ -35,12 +36,6 @@ const (
 	kindRW        = "rw"
 	countSuffix   = "-count"
 )
-
-// minIntent is the shortest time a waiting writer's intent keeps new
-// readers out. The Client retries a waiting acquisition at least once a
-// second, and every attempt renews the intent; shorter TTLs would let it
-// lapse between attempts.
-const minIntent = 2 * time.Second
 
 var _ fence.KindSupporter = (*Store)(nil)
 
@@ -280,10 +275,11 @@ func (s *Store) grantKind(c *counter, f *os.File, req fence.Request, kind string
 }
 
 // acquireRW takes the read or the write side of the reader-writer lock
-// req.Key. The policy prefers writers: a writer that finds the key held
-// records its intent in the counter file for max(TTL, minIntent), renewed
-// by each attempt while it waits, and new readers are refused while the
-// intent lasts. A writer that gives up lets it lapse.
+// req.Key. The policy prefers writers (rwpref.Decide): a writer that finds
+// the key held records its intent in the counter file for
+// rwpref.Intent(TTL), renewed by each attempt while it waits, and new
+// readers are refused while the intent lasts. A writer that gives up lets
+// it lapse.
 func (s *Store) acquireRW(req fence.Request) (fence.Claim, error) {
 	path := s.kindPath(req.Key, kindRW)
 	cpath := s.kindPath(req.Key, kindRW+countSuffix)
@@ -306,7 +302,8 @@ func (s *Store) acquireRW(req fence.Request) (fence.Claim, error) {
 	}
 	defer c.close()
 	now := time.Now()
-	if !write && c.rec.WriterWaits != nil && now.Before(*c.rec.WriterWaits) {
+	marked := c.rec.WriterWaits != nil && now.Before(*c.rec.WriterWaits)
+	if rwpref.Decide(write, rwpref.Lock{WriterWaits: marked}) == rwpref.Refuse {
 		return nil, &fence.HeldError{Key: req.Key, Holder: &fence.Holder{Key: req.Key, ExpiresIn: c.rec.WriterWaits.Sub(now)}}
 	}
 	f, err := s.openFile(path)
@@ -326,7 +323,9 @@ func (s *Store) acquireRW(req fence.Request) (fence.Claim, error) {
 	if !ok {
 		h := heldBy(f, req.Key)
 		f.Close()
-		if write {
+		// Held against us: by a writer or, for a writer, maybe by readers,
+		// which Decide treats alike.
+		if rwpref.Decide(write, rwpref.Lock{Writer: true}) == rwpref.Intend {
 			if err := c.intend(now, req.TTL); err != nil {
 				return nil, fmt.Errorf("fencefile: acquire %s %q: %w", req.Kind, req.Key, err)
 			}
@@ -371,7 +370,7 @@ func (s *Store) writerWaits(cpath, path string, req fence.Request) (fence.Claim,
 
 // intend records, in the locked counter file, that a writer waits.
 func (c *counter) intend(now time.Time, ttl time.Duration) error {
-	until := now.Add(max(ttl, minIntent)).Round(0)
+	until := now.Add(rwpref.Intent(ttl)).Round(0)
 	c.rec.WriterWaits = &until
 	if err := writeRecord(c.f, c.rec, false); err != nil {
 		return fmt.Errorf("write counter file %s: %w", c.f.Name(), err)

@@ -145,7 +145,7 @@ func TestKindsAreSeparate(t *testing.T) {
 }
 
 // Readers in other processes share the key; a writer that finds them there
-// keeps new readers out for minIntent (2s here, the TTL being 1s), and
+// keeps new readers out for rwpref.MinIntent (2s here, the TTL being 1s), and
 // once it stops trying, readers get in again. A killed reader frees its
 // share at once, and the writer's token is above every reader's.
 func TestRWHolderProcesses(t *testing.T) {

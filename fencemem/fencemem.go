@@ -2,8 +2,8 @@
 // that uses fence. It keeps leases in maps, issues tokens from a counter
 // per key, and wakes waiters through channels. It supports locks,
 // semaphores and reader-writer locks (writer-preferring: a writer that
-// finds the key held keeps new readers out for one TTL, renewed by each of
-// its attempts while it waits).
+// finds the key held keeps new readers out for its TTL, at least two
+// seconds, renewed by each of its attempts while it waits).
 //
 // Its clock can be injected (WithClock) and moved forward (Advance), so a
 // test can expire a lease in the store without sleeping; Delete and Expire
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/rwpref"
 )
 
 // Store is an in-memory lock store. The zero value is not usable; call New.
@@ -60,7 +61,7 @@ type rwlock struct {
 	readers map[string]*entry // by owner
 	writer  *entry
 	// writerWaits keeps new readers out until then: a writer that found the
-	// key held sets it to one TTL ahead, and every later attempt of a
+	// key held sets it rwpref.Intent ahead, and every later attempt of a
 	// waiting writer pushes it on. A writer that stops waiting lets it lapse.
 	writerWaits time.Time
 }
@@ -148,25 +149,24 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		sem.holders[req.Owner] = e
 	case fence.KindRead, fence.KindWrite:
 		rw := s.rwlock(req.Key, now)
-		if rw.writer != nil {
-			h := rw.writer.holder(req.Key, now)
-			if req.Kind == fence.KindWrite {
-				rw.writerWaits = now.Add(req.TTL)
+		write := req.Kind == fence.KindWrite
+		step := rwpref.Decide(write, rwpref.Lock{Readers: len(rw.readers) > 0, Writer: rw.writer != nil, WriterWaits: now.Before(rw.writerWaits)})
+		if step == rwpref.Intend {
+			rw.writerWaits = now.Add(rwpref.Intent(req.TTL))
+		}
+		if step != rwpref.Grant {
+			held := &fence.HeldError{Key: req.Key}
+			if rw.writer != nil {
+				h := rw.writer.holder(req.Key, now)
+				held.Holder = &h
 			}
-			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+			return nil, held
 		}
-		if req.Kind == fence.KindRead && now.Before(rw.writerWaits) {
-			return nil, &fence.HeldError{Key: req.Key}
-		}
-		if req.Kind == fence.KindWrite && len(rw.readers) > 0 {
-			rw.writerWaits = now.Add(req.TTL)
-			return nil, &fence.HeldError{Key: req.Key}
-		}
-		if req.Kind == fence.KindRead {
-			rw.readers[req.Owner] = e
-		} else {
+		if write {
 			rw.writer = e
 			rw.writerWaits = time.Time{}
+		} else {
+			rw.readers[req.Owner] = e
 		}
 	default:
 		return nil, fmt.Errorf("%w: %s", fence.ErrUnsupported, req.Kind)

@@ -40,6 +40,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/cancelwait"
+	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
 // DefaultTable is the default name of the counter table.
@@ -77,10 +79,9 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 func WithAutoSetup() Option { return func(o *options) { o.autoSetup = true } }
 
 var (
-	identPart  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-	prefixRE   = regexp.MustCompile(`^[a-z0-9_]{1,8}$`)
-	plainKeyRE = regexp.MustCompile(`^[a-z0-9_./:-]+$`)
-	b32        = base32.StdEncoding.WithPadding(base32.NoPadding)
+	identPart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	prefixRE  = regexp.MustCompile(`^[a-z0-9_]{1,8}$`)
+	b32       = base32.StdEncoding.WithPadding(base32.NoPadding)
 )
 
 func quoteTable(name string) (string, error) {
@@ -109,12 +110,16 @@ func LockName(prefix, key string) string {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if len(prefix)+1+len(key) <= 64 && plainKeyRE.MatchString(key) {
+	if len(prefix)+1+len(key) <= 64 && key != "" && plainKeys.Keeps(key) {
 		return prefix + ":" + key
 	}
 	sum := sha256.Sum256([]byte(key))
 	return prefix + "#" + strings.ToLower(b32.EncodeToString(sum[:]))
 }
+
+// plainKeys are the keys that name their lock as they are: lower case,
+// since lock names ignore case.
+var plainKeys = keyenc.New('%', keyenc.Lower("_./:-"))
 
 // Driver is the MySQL/MariaDB fence driver. It is safe for concurrent use.
 type Driver struct {
@@ -414,51 +419,21 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 }
 
 // wait blocks in GET_LOCK on conn until it is granted or ctx ends. Then
-// it kills the statement from another connection, again and again until
-// it has ended (a KILL QUERY that reaches the server before the statement
-// has started kills nothing), and after a grace period kills the whole
-// connection.
+// it kills the statement from another connection (cancelwait), and after
+// a grace period the whole connection.
 func (d *Driver) wait(ctx context.Context, conn *sql.Conn, connID int64, name string) (bool, error) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-		}
-		grace := time.NewTimer(killGrace)
-		defer grace.Stop()
-		tick := time.NewTicker(killEvery)
-		defer tick.Stop()
-		kill := "KILL QUERY %d"
-		for {
-			kctx, cancel := context.WithTimeout(context.Background(), killGrace)
-			_, _ = d.db.ExecContext(kctx, fmt.Sprintf(kill, connID))
-			cancel()
-			select {
-			case <-stop:
-				return
-			case <-grace.C:
-				kill = "KILL CONNECTION %d"
-			case <-tick.C:
-			}
-		}
-	}()
 	var got sql.NullInt64
-	err := conn.QueryRowContext(context.Background(), `SELECT /* fence wait */ GET_LOCK(?, ?)`, name, waitForever).Scan(&got)
-	close(stop)
-	<-done
+	err := cancelwait.Run(ctx, func(kctx context.Context, hard bool) {
+		kill := "KILL QUERY %d"
+		if hard {
+			kill = "KILL CONNECTION %d"
+		}
+		_, _ = d.db.ExecContext(kctx, fmt.Sprintf(kill, connID))
+	}, func() error {
+		return conn.QueryRowContext(context.Background(), `SELECT /* fence wait */ GET_LOCK(?, ?)`, name, waitForever).Scan(&got)
+	})
 	return got.Int64 == 1, err
 }
-
-// killEvery is how often a cancelled wait's KILL QUERY is repeated until
-// the wait ends; killGrace is when the connection itself is killed.
-const (
-	killEvery = 100 * time.Millisecond
-	killGrace = 5 * time.Second
-)
 
 // grant bumps the token of a granted attempt and starts its monitor.
 func (d *Driver) grant(ctx context.Context, a *attempt, req fence.Request, name string) (fence.Claim, error) {

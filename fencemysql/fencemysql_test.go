@@ -169,8 +169,12 @@ func TestCancelledWaitLeavesNoRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
 		if _, err := b.Acquire(wctx, "job"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("cancelled wait: %v; want context.DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("round %d: the cancelled wait took %v to end", i, d)
 		}
 		cancel()
 		// The killed statement has answered; give the server a moment to

@@ -227,26 +227,21 @@ func createBucket(ctx context.Context, js jetstream.JetStream, bucket string, o 
 }
 
 // names escapes keys into valid KV keys that are a single subject token.
-var names = keyenc.Alphabet{Escape: '=', Keep: func(b byte) bool {
-	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-' || b == '_' || b == '/'
-}}
+var names = keyenc.New('=', keyenc.Alnum("-_/"))
 
 // maxName bounds an escaped key: a NATS subject travels in a protocol
 // line, 4 KB by default.
 const maxName = 1024
 
-// Name returns the KV key under which key's lease is kept.
+// Name returns the KV key under which key's lease is kept: the escaped
+// key, or, when that is longer than maxName, as much of it as fits before
+// "==" and the hex SHA-256 of the key.
 func (d *Driver) Name(key string) string {
-	n := names.Encode(key)
-	if len(n) <= maxName {
-		return n
+	if names.EncodedLen(key) <= maxName {
+		return names.Encode(key)
 	}
 	sum := sha256.Sum256([]byte(key))
-	cut := maxName - 2 - 2*len(sum)
-	for cut > 0 && n[cut-1] == '=' || cut > 1 && n[cut-2] == '=' {
-		cut-- // do not split an escape
-	}
-	return n[:cut] + "==" + hex.EncodeToString(sum[:])
+	return names.EncodePrefix(key, maxName-2-2*len(sum)) + "==" + hex.EncodeToString(sum[:])
 }
 
 // value is a lease as stored.

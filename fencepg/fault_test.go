@@ -61,8 +61,12 @@ func TestSessionCancelledWaitLeavesNoRequest(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
+	start := time.Now()
 	if _, err := b.Acquire(wctx, "job"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("cancelled wait: %v; want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the cancelled wait took %v to end", d)
 	}
 	var waiting int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/cancelwait"
 	"github.com/fencing/fence/internal/kit/delayq"
 	"github.com/fencing/fence/internal/kit/lossnote"
 )
@@ -267,6 +268,9 @@ func (d *SessionDriver) put(c *pgx.Conn) {
 	}
 }
 
+// unlockTimeout bounds drop's unlocking of a failed connection.
+const unlockTimeout = 5 * time.Second
+
 // drop gets rid of a connection whose statement failed and that may hold
 // a lock: after an error reported by the server the connection is sound,
 // and unlocking everything on it frees the lock at once; otherwise it is
@@ -274,7 +278,7 @@ func (d *SessionDriver) put(c *pgx.Conn) {
 func (d *SessionDriver) drop(conn *pgx.Conn, err error) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && !conn.IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+		ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
 		defer cancel()
 		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err == nil {
 			d.put(conn)
@@ -350,56 +354,21 @@ func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.C
 	return d.newClaim(conn, req, lk, token), nil
 }
 
-// cancelGrace is how long a cancelled wait may take to end after the
-// server was first asked to cancel it, before the connection is cut.
-const cancelGrace = 5 * time.Second
-
-// cancelEvery is how often the cancel request is repeated while the wait
-// has not ended: a request that reaches the server before the statement
-// has started cancels nothing.
-const cancelEvery = 100 * time.Millisecond
-
 // waitLock runs wait, a statement on conn that waits for an advisory
 // lock, until it ends or ctx ends. On ctx's end it sends the server cancel
-// requests for the wait until the statement ends, so that the server is
-// no longer waiting when it returns; it returns ctx's error even if the
-// lock was granted meanwhile (the caller closes the connection, which
-// frees it, and never reuses it: a cancel request may still be on its
-// way).
+// requests for the wait until the statement ends (cancelwait), and after
+// a grace period cuts the connection, so that the server is no longer
+// waiting when it returns; it returns ctx's error even if the lock was
+// granted meanwhile (the caller closes the connection, which frees it,
+// and never reuses it: a cancel request may still be on its way).
 func waitLock(ctx context.Context, conn *pgx.Conn, wait func() error) error {
-	// The canceller runs only if ctx ends: a wait that is granted costs
-	// no goroutine, and no scheduling hop before Acquire returns.
-	ended := make(chan struct{})
-	cancelDone := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelDone)
-		grace := time.NewTimer(cancelGrace)
-		defer grace.Stop()
-		tick := time.NewTicker(cancelEvery)
-		defer tick.Stop()
-		for {
-			cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
-			_ = conn.PgConn().CancelRequest(cctx)
-			cancel()
-			select {
-			case <-ended:
-				return
-			case <-grace.C:
-				// The server did not end the wait: cut the connection.
-				_ = conn.PgConn().Conn().SetDeadline(time.Now())
-				<-ended
-				return
-			case <-tick.C:
-			}
+	return cancelwait.Run(ctx, func(cctx context.Context, hard bool) {
+		if hard {
+			_ = conn.PgConn().Conn().SetDeadline(time.Now())
+			return
 		}
-	})
-	err := wait()
-	close(ended)
-	if !stop() { // the canceller ran, or runs
-		<-cancelDone
-		return ctx.Err()
-	}
-	return err
+		_ = conn.PgConn().CancelRequest(cctx)
+	}, wait)
 }
 
 func (d *SessionDriver) acquireError(ctx context.Context, req fence.Request, id int64, err error) error {

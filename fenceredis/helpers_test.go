@@ -115,7 +115,7 @@ func (r *raw) deleteLock(ctx context.Context, key string) error {
 // leftovers lists every key under the default prefix whose lock key starts
 // with keyPrefix, apart from token counters.
 func (r *raw) leftovers(ctx context.Context, keyPrefix string) ([]string, error) {
-	pattern := globEscape(DefaultPrefix+"{"+escapeKey(keyPrefix)) + "*"
+	pattern := globEscape(DefaultPrefix+"{"+escaped.Encode(keyPrefix)) + "*"
 	var (
 		mu   sync.Mutex
 		left []string

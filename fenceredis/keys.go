@@ -3,6 +3,8 @@ package fenceredis
 import (
 	"fmt"
 	"strings"
+
+	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
 // Key layout. For a lock key K and the prefix P (default "fence:"):
@@ -28,7 +30,7 @@ type names struct {
 }
 
 func lockNames(prefix, key string) names {
-	lock := prefix + "{" + escapeKey(key) + "}"
+	lock := prefix + "{" + escaped.Encode(key) + "}"
 	// The three names are substrings of one string: one allocation, not
 	// three, on every acquisition.
 	all := lock + lock + ":token" + lock + ":released"
@@ -40,52 +42,8 @@ func lockNames(prefix, key string) names {
 	}
 }
 
-// escapeKey percent-encodes '%', '{' and '}'.
-func escapeKey(key string) string {
-	if !strings.ContainsAny(key, "%{}") {
-		return key
-	}
-	var b strings.Builder
-	b.Grow(len(key) + 8)
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
-		case '%', '{', '}':
-			fmt.Fprintf(&b, "%%%02X", c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-// unescapeKey reverses escapeKey.
-func unescapeKey(e string) (string, error) {
-	if !strings.Contains(e, "%") {
-		return e, nil
-	}
-	var b strings.Builder
-	for i := 0; i < len(e); i++ {
-		if e[i] != '%' {
-			b.WriteByte(e[i])
-			continue
-		}
-		if i+2 >= len(e) {
-			return "", fmt.Errorf("fenceredis: bad escape in %q", e)
-		}
-		switch e[i+1 : i+3] {
-		case "25":
-			b.WriteByte('%')
-		case "7B":
-			b.WriteByte('{')
-		case "7D":
-			b.WriteByte('}')
-		default:
-			return "", fmt.Errorf("fenceredis: bad escape in %q", e)
-		}
-		i += 2
-	}
-	return b.String(), nil
-}
+// escaped percent-encodes '%', '{' and '}'.
+var escaped = keyenc.New('%', keyenc.AllBut("{}"))
 
 // keyOfLock returns the lock key that the lock name name (as lockNames
 // makes it with prefix) stands for; false if name is not a lock name.
@@ -98,14 +56,14 @@ func keyOfLock(prefix, name string) (string, bool) {
 	if strings.ContainsAny(rest, "{}") {
 		return "", false
 	}
-	key, err := unescapeKey(rest)
+	key, err := escaped.Decode(rest)
 	return key, err == nil
 }
 
 // lockPattern is the SCAN MATCH pattern for the lock names of every key
 // that starts with keyPrefix.
 func lockPattern(prefix, keyPrefix string) string {
-	return globEscape(prefix+"{"+escapeKey(keyPrefix)) + "*}"
+	return globEscape(prefix+"{"+escaped.Encode(keyPrefix)) + "*}"
 }
 
 // globEscape escapes the characters Redis glob patterns treat specially.

@@ -33,8 +33,8 @@ func TestLockNamesShareOneTagWhateverTheKey(t *testing.T) {
 				t.Errorf("key %q: %s hashes on %q, the lock %s on %q: not one slot", key, name, got, n.lock, tag)
 			}
 		}
-		if tag != escapeKey(key) {
-			t.Errorf("key %q: lock %s hashes on %q; want the escaped key %q", key, n.lock, tag, escapeKey(key))
+		if tag != escaped.Encode(key) {
+			t.Errorf("key %q: lock %s hashes on %q; want the escaped key %q", key, n.lock, tag, escaped.Encode(key))
 		}
 		if other, dup := seen[n.lock]; dup {
 			t.Errorf("keys %q and %q share the lock name %s", key, other, n.lock)
@@ -59,8 +59,8 @@ func TestLockNamesShareOneTagWhateverTheKey(t *testing.T) {
 
 func TestUnescapeRefusesBadEscapes(t *testing.T) {
 	for _, bad := range []string{"%", "%7", "%41", "a%zz"} {
-		if _, err := unescapeKey(bad); err == nil {
-			t.Errorf("unescapeKey(%q) succeeded", bad)
+		if _, err := escaped.Decode(bad); err == nil {
+			t.Errorf("escaped.Decode(%q) succeeded", bad)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/metajson"
+	"github.com/fencing/fence/internal/kit/rwpref"
 )
 
 // Semaphores and reader-writer locks (Store only; Redlock does neither).
@@ -32,15 +33,11 @@ import (
 // but its counter. Tokens are max(counter+1, server time in µs), as for
 // locks.
 //
-// Writer preference: a writer that finds the key held sets P{E}:rw:waiting
-// for max(TTL, minIntent), and each of its attempts while it waits sets it
+// Writer preference, as rwpref.Decide has it (the scripts below mirror
+// it): a writer that finds the key held sets P{E}:rw:waiting for
+// rwpref.Intent(TTL), and each of its attempts while it waits sets it
 // again; readers are refused while it exists. A writer that stops waiting
 // lets it expire; its grant deletes it.
-
-// minIntent is the shortest life of a waiting writer's marker: the Client
-// retries a waiting acquisition at least once a second, renewing the
-// marker, which must not lapse in between.
-const minIntent = 2 * time.Second
 
 var _ fence.KindSupporter = (*Store)(nil)
 
@@ -268,7 +265,7 @@ func (s *Store) acquireKind(ctx context.Context, req fence.Request) (fence.Claim
 	case fence.KindRead:
 		script = readAcquireScript
 	default:
-		script, args = writeAcquireScript, append(args, ms(max(req.TTL, minIntent)))
+		script, args = writeAcquireScript, append(args, ms(rwpref.Intent(req.TTL)))
 	}
 	reply, err := script.Run(ctx, s.rdb, n.keys(), args...).Result()
 	if err != nil {

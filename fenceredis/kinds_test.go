@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/rwpref"
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
@@ -127,14 +128,14 @@ func TestRWWaitingWriterMark(t *testing.T) {
 	marked := time.Now()
 	var held *fence.HeldError
 	_, err = drv.TryAcquire(ctx, kindReq("doc", "r2", fence.KindRead, 0, time.Minute))
-	if !errors.As(err, &held) || held.Holder == nil || held.Holder.ExpiresIn <= 0 || held.Holder.ExpiresIn > minIntent {
+	if !errors.As(err, &held) || held.Holder == nil || held.Holder.ExpiresIn <= 0 || held.Holder.ExpiresIn > rwpref.MinIntent {
 		t.Fatalf("reader while a writer waits: %v; want ErrHeld with the mark's time left", err)
 	}
 	for {
 		r2, err := drv.TryAcquire(ctx, kindReq("doc", "r2", fence.KindRead, 0, time.Minute))
 		if err == nil {
-			if since := time.Since(marked); since < minIntent-100*time.Millisecond {
-				t.Errorf("reader admitted %v after the writer's last attempt; the mark lasts %v", since, minIntent)
+			if since := time.Since(marked); since < rwpref.MinIntent-100*time.Millisecond {
+				t.Errorf("reader admitted %v after the writer's last attempt; the mark lasts %v", since, rwpref.MinIntent)
 			}
 			_ = r2.Release(ctx)
 			break

@@ -76,7 +76,9 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/fifo"
 	"github.com/fencing/fence/internal/kit/keyenc"
+	"github.com/fencing/fence/internal/kit/rwpref"
 )
 
 // DefaultRoot is the znode under which the driver keeps its queues unless
@@ -230,9 +232,7 @@ func (d *Driver) Conn() *zk.Conn { return d.conn }
 
 // names escapes keys and owners into znode names: printable ASCII but "/",
 // "." and the escape byte, so no name is "." or "..".
-var names = keyenc.Alphabet{Escape: '%', Keep: func(b byte) bool {
-	return b > 0x20 && b < 0x7f && b != '/' && b != '.'
-}}
+var names = keyenc.New('%', keyenc.Printable("/."))
 
 // KeyPath returns the znode under which key's queue lives.
 func (d *Driver) KeyPath(key string) string { return d.root + "/" + names.Encode(key) }
@@ -420,62 +420,69 @@ func (d *Driver) makeRoot(ctx context.Context) error {
 
 var errEntryGone = errors.New("fencezk: queue entry vanished while waiting (session expired or znode deleted)")
 
-// waitTurn returns once ahead finds no child to wait for before path's,
-// watching only the child it names (for a lock or a writer: the one just
-// before; no thundering herd), and confirms through the leader that path
-// still exists.
-func (d *Driver) waitTurn(ctx context.Context, path string, ahead func(q []child, i int) int) error {
-	parent, name := parentOf(path), path[strings.LastIndexByte(path, '/')+1:]
-	for {
-		var kids []string
-		if err := d.await(ctx, func() (err error) {
-			kids, _, err = d.conn.Children(parent)
-			return err
-		}, nil); err != nil {
-			return err
-		}
-		q := queue(kids)
-		i := slices.IndexFunc(q, func(c child) bool { return c.name == name })
-		if i < 0 {
-			return errEntryGone
-		}
-		j := ahead(q, i)
-		if j < 0 {
-			break
-		}
-		pred := parent + "/" + q[j].name
-		var (
-			exists bool
-			ch     <-chan zk.Event
-		)
-		if err := d.await(ctx, func() (err error) {
-			exists, _, ch, err = d.conn.ExistsW(pred)
-			return err
-		}, nil); err != nil {
-			return err
-		}
-		if !exists {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-d.ctx.Done():
-			return errClosed
-		case ev := <-ch:
-			if ev.Type == zk.EventNotWatching {
-				return fmt.Errorf("%w: %w", errEntryGone, ev.Err)
-			}
-		}
-	}
-	// Reads may come from a follower; make sure, through the leader, that
-	// our entry and session still live before granting.
-	return d.check(ctx, path)
+// waitTurn returns once no child of path's queue is left for it to wait
+// for (rwpref.WaitsFor: for a lock or a writer the one just before, for a
+// reader the last writer before), watching only that one (no thundering
+// herd), and confirms through the leader that path still exists.
+func (d *Driver) waitTurn(ctx context.Context, path string) error {
+	return fifo.WaitTurn(ctx, turn{d: d, path: path})
 }
 
-// predecessor is waitTurn's ahead for locks and writers: the child just
-// before, until the child is first.
-func predecessor(_ []child, i int) int { return i - 1 }
+// turn is a waiting child's view of its queue, for fifo.WaitTurn.
+type turn struct {
+	d    *Driver
+	path string
+}
+
+var _ fifo.Queue[string] = turn{}
+
+// Ahead returns the path of the child to wait for.
+func (t turn) Ahead(ctx context.Context) (string, bool, error) {
+	q, i, err := t.d.listQueue(ctx, t.path)
+	if err != nil {
+		return "", false, err
+	}
+	j := waitsFor(q, i)
+	if j < 0 {
+		return "", false, nil
+	}
+	return parentOf(t.path) + "/" + q[j].name, true, nil
+}
+
+// AwaitGone waits for a watch on pred to fire.
+func (t turn) AwaitGone(ctx context.Context, pred string) error {
+	var (
+		exists bool
+		ch     <-chan zk.Event
+	)
+	if err := t.d.await(ctx, func() (err error) {
+		exists, _, ch, err = t.d.conn.ExistsW(pred)
+		return err
+	}, nil); err != nil || !exists {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.d.ctx.Done():
+		return errClosed
+	case ev := <-ch:
+		if ev.Type == zk.EventNotWatching {
+			return fmt.Errorf("%w: %w", errEntryGone, ev.Err)
+		}
+		return nil
+	}
+}
+
+// Confirm checks through the leader, as reads may come from a follower,
+// that the waiting child and its session still live.
+func (t turn) Confirm(ctx context.Context) error { return t.d.check(ctx, t.path) }
+
+// waitsFor returns the index of the child that child i of queue q waits
+// for, -1 if none.
+func waitsFor(q []child, i int) int {
+	return rwpref.WaitsFor(i, func(j int) bool { return q[j].kind == 'r' })
+}
 
 var errClosed = errors.New("fencezk: driver closed")
 

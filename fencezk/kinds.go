@@ -63,17 +63,6 @@ func (d *Driver) queuePath(req fence.Request) (parent, prefix string) {
 	return base, base + "/n" + owner + "-"
 }
 
-// lastWriterBefore is waitTurn's ahead for readers: the last writer before
-// the child, until there is none.
-func lastWriterBefore(q []child, i int) int {
-	for j := i - 1; j >= 0; j-- {
-		if q[j].kind == 'w' {
-			return j
-		}
-	}
-	return -1
-}
-
 // holdsNow tells whether a reader or semaphore child just queued at path,
 // as the n-th child of its queue, holds at once. For a semaphore it fails
 // with ErrLimitMismatch if the queue's first child, a holder, was queued
@@ -84,7 +73,7 @@ func (d *Driver) holdsNow(ctx context.Context, req fence.Request, path string, n
 		return false, err
 	}
 	if req.Kind == fence.KindRead {
-		return lastWriterBefore(q, i) < 0, nil
+		return waitsFor(q, i) < 0, nil
 	}
 	if err := d.checkLimit(ctx, req, path, q, i); err != nil {
 		return false, err
@@ -135,7 +124,7 @@ func (d *Driver) checkLimit(ctx context.Context, req fence.Request, path string,
 func (d *Driver) waitKind(ctx context.Context, req fence.Request, path string, n int32) error {
 	switch req.Kind {
 	case fence.KindRead:
-		return d.waitTurn(ctx, path, lastWriterBefore)
+		return d.waitTurn(ctx, path)
 	case fence.KindSemaphore:
 		q, i, err := d.listQueue(ctx, path)
 		if err != nil {
@@ -149,7 +138,7 @@ func (d *Driver) waitKind(ctx context.Context, req fence.Request, path string, n
 		}
 		return d.waitSlot(ctx, path, req.Limit)
 	}
-	return d.waitTurn(ctx, path, predecessor)
+	return d.waitTurn(ctx, path)
 }
 
 // waitSlot returns once fewer than limit children are before path's. Any

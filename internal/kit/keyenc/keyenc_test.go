@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-var slashFree = Alphabet{Escape: '%', Keep: func(b byte) bool { return b > 0x20 && b < 0x7f && b != '/' }}
+var slashFree = New('%', Printable("/"))
 
 func TestRoundTripAndDistinct(t *testing.T) {
 	keys := []string{
@@ -40,9 +40,63 @@ func TestPrefixPreserved(t *testing.T) {
 }
 
 func TestDecodeRejectsMalformed(t *testing.T) {
-	for _, s := range []string{"%", "%2", "%zz", "%2f", "a/b", "a b"} {
+	for _, s := range []string{"%", "%2", "%zz", "%2f", "a/b", "a b", "%41", "a%2E"} {
 		if d, err := slashFree.Decode(s); err == nil {
 			t.Errorf("Decode(%q) = %q; want an error", s, d)
+		}
+	}
+}
+
+// files escapes a leading '.', as fencefile does.
+var files = New('%', Alnum("-_.")).NotFirst(".")
+
+func TestNotFirst(t *testing.T) {
+	for k, want := range map[string]string{".": "%2E", "..": "%2E.", "a.b": "a.b", ".a.": "%2Ea.", "": ""} {
+		if got := files.Encode(k); got != want {
+			t.Errorf("Encode(%q) = %q; want %q", k, got, want)
+		}
+		if d, err := files.Decode(want); err != nil || d != k {
+			t.Errorf("Decode(%q) = %q, %v; want %q", want, d, err, k)
+		}
+	}
+	for _, s := range []string{".", "..a", "a%2E"} {
+		if d, err := files.Decode(s); err == nil {
+			t.Errorf("Decode(%q) = %q; want an error", s, d)
+		}
+	}
+}
+
+func TestEncodePrefix(t *testing.T) {
+	for _, k := range []string{"", "abc", "a/b/c", "//////", "ключ/x", ".a.b", strings.Repeat("x/", 40)} {
+		for _, a := range []*Alphabet{slashFree, files} {
+			e := a.Encode(k)
+			if a.EncodedLen(k) != len(e) {
+				t.Errorf("EncodedLen(%q) = %d; Encode gives %d bytes", k, a.EncodedLen(k), len(e))
+			}
+			for max := 0; max <= len(e)+1; max++ {
+				p := a.EncodePrefix(k, max)
+				if len(p) > max || !strings.HasPrefix(e, p) {
+					t.Fatalf("EncodePrefix(%q, %d) = %q: not a prefix of %q of at most %d bytes", k, max, p, e, max)
+				}
+				if _, err := a.Decode(p); err != nil {
+					t.Errorf("EncodePrefix(%q, %d) = %q splits an escape: %v", k, max, p, err)
+				}
+				if max >= len(e) && p != e || max < len(e) && len(p) < max-2 {
+					t.Errorf("EncodePrefix(%q, %d) = %q: not the longest", k, max, p)
+				}
+			}
+		}
+	}
+}
+
+func TestKeepsAndLower(t *testing.T) {
+	lower := New('%', Lower("_-"))
+	for s, want := range map[string]bool{"": true, "a_b-9": true, "A": false, "a b": false, "%": false, "é": false} {
+		if got := lower.Keeps(s); got != want {
+			t.Errorf("Keeps(%q) = %v; want %v", s, got, want)
+		}
+		if got := lower.Encode(s) == s; got != want {
+			t.Errorf("Encode(%q) == %q is %v; Keeps says %v", s, s, got, want)
 		}
 	}
 }
