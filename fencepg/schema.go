@@ -128,8 +128,8 @@ type options struct {
 func WithTables(t Tables) Option { return func(o *options) { o.tables = t } }
 
 // WithAutoSetup makes a driver create its tables (idempotently, as Setup
-// does) when it is created, so that a separate migration step is not
-// needed. It needs the rights to create tables.
+// does) before its first operation, so that a separate migration step is
+// not needed. It needs the rights to create tables.
 func WithAutoSetup() Option { return func(o *options) { o.autoSetup = true } }
 
 // Strict makes a Guard admit only tokens above the highest admitted
