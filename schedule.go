@@ -11,8 +11,8 @@ import (
 //
 // Leases usually end long before their deadlines come, and a runtime
 // timer set and stopped per lease is not free: each new earliest timer
-// wakes the network poller, which costs as much as the rest of fence's
-// work on an uncontended acquire + release (10-15 µs on 2 cores). The
+// wakes the network poller, which is dear next to the rest of fence's
+// work on an uncontended acquire + release (docs/performance.md). The
 // schedule re-arms its timer only when a deadline earlier than the armed
 // one is added; removing a deadline leaves the timer alone, and when it
 // fires with nothing due it re-arms for the next deadline, if any.

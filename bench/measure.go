@@ -255,8 +255,8 @@ func Run(ctx context.Context, srv *Servers, contenders []Contender, cfg Config) 
 // whose turns leave the server busy (etcd syncing its log after eight
 // clients, say) would slow the same contender every time: in a rotation
 // over all the stores, fence on Redis followed etcd's raw floor, and its
-// 1-client median was 1.45x the Redis raw floor's, where Redis measured
-// alone put it at about 1.1x.
+// 1-client median came out well above what Redis measured alone gave
+// (the analysis in docs/performance.md has the figures).
 func turnOrder(n, round int) []int {
 	return rand.New(rand.NewPCG(uint64(n), uint64(round))).Perm(n)
 }

@@ -64,8 +64,9 @@ func (c *claim) stopWatch() {
 
 // watchDelay is how long after the grant the watch on a holder's entry
 // starts (a renewal starts it sooner). Most leases of a busy key are
-// released before, and a watch per lease costs etcd and the client about
-// a quarter of an uncontended acquire + release. A deletion meanwhile is
+// released before, and a watch per lease costs etcd and the client a
+// good share of an uncontended acquire + release (docs/performance.md).
+// A deletion meanwhile is
 // not missed: the watch starts from the entry's create revision, so it
 // replays it.
 const watchDelay = 100 * time.Millisecond

@@ -423,13 +423,13 @@ func (d *Driver) entryGone(ctx context.Context, s, w *session) error {
 	return errEntryGone
 }
 
-// waitGone waits until the entry key, created at createRev, is gone, or
-// the watch breaks (the caller looks again). It watches from the current
-// revision rather than from the one the caller read at: etcd serves a
-// watch that starts in the past from a loop that catches up every 100 ms,
-// and under contention there is always a write in between, so a release
-// could reach the waiter up to 100 ms late (seen as a p99 of 70-90 ms
-// with 8 waiters). Once the watch is in place it reads the entry once
+// waitGone waits until the entry key, created at createRev, is gone, or the
+// watch breaks (the caller looks again). It watches from the current
+// revision rather than from the one the caller read at: etcd serves a watch
+// that starts in the past from a loop that catches up every 100 ms, and
+// under contention there is always a write in between, so a release could
+// reach the waiter up to 100 ms late (it showed in the handoffs' p99;
+// docs/performance.md). Once the watch is in place it reads the entry once
 // more, so a deletion before the watch started is not missed.
 func (d *Driver) waitGone(ctx context.Context, s, w *session, key string, createRev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
@@ -590,7 +590,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error
 
 // encodeEntry is the JSON of an entry for req, byte for byte what
 // json.Marshal writes, built by hand (Marshal of a struct holding a map
-// costs a dozen allocations, on every acquisition).
+// allocates several times, on every acquisition).
 func encodeEntry(req fence.Request) string { return appendEntry(req, false) }
 
 // encodeWaitingEntry is encodeEntry's JSON with the waiting mark.

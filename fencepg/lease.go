@@ -75,9 +75,9 @@ func NewLeaseDriver(pool *pgxpool.Pool, opts ...Option) (*LeaseDriver, error) {
 	//
 	// Returning the holder from the same statement (a CTE around the
 	// INSERT and a UNION with a read of the row) saved a round trip on a
-	// refused try but cost every acquisition about 10 µs in the server,
-	// setting up the extra plan nodes; the uncontended acquire is the one
-	// to make fast.
+	// refused try but cost every acquisition the setup of the extra plan
+	// nodes in the server (docs/performance.md); the uncontended acquire
+	// is the one to make fast.
 	d.qAcquire = `INSERT INTO ` + L + ` AS l (key, token, owner, expires_at, meta, acquired_at)
 		VALUES ($1, ` + clockToken + `, $2, clock_timestamp() + $3::bigint * interval '1 microsecond', $4, clock_timestamp())
 		ON CONFLICT (key) DO UPDATE
@@ -136,7 +136,7 @@ func (d *LeaseDriver) ensureSetup(ctx context.Context) error {
 }
 
 // metaArg is the holder's metadata as a jsonb parameter: JSON text (pgx
-// sends a string as is; encoding a map costs it about ten allocations),
+// sends a string as is; encoding a map costs it allocations),
 // or NULL if there is none.
 func metaArg(meta map[string]string) any {
 	if len(meta) == 0 {

@@ -128,8 +128,8 @@ type options struct {
 func WithTables(t Tables) Option { return func(o *options) { o.tables = t } }
 
 // WithAutoSetup makes a driver create its tables (idempotently, as Setup
-// does) when it is created, so that a separate migration step is not
-// needed. It needs the rights to create tables.
+// does) before its first operation, so that a separate migration step is
+// not needed. It needs the rights to create tables.
 func WithAutoSetup() Option { return func(o *options) { o.autoSetup = true } }
 
 // Strict makes a Guard admit only tokens above the highest admitted
@@ -174,8 +174,9 @@ var setupLock = AdvisoryID("fencepg setup")
 func (ts tables) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	// The counter tables have no CHECK constraint on token: PostgreSQL
 	// builds a table's CHECK expressions anew (from their stored text) in
-	// every statement that writes to it, which cost a token bump about a
-	// quarter of its server time, and tokens are above 0 by construction
+	// every statement that writes to it, which cost a token bump a good
+	// share of its server time (docs/performance.md), and tokens are
+	// above 0 by construction
 	// (nextToken: at least the server's clock in microseconds). Tables
 	// created by earlier versions keep theirs (docs/postgres.md says how
 	// to drop it): it costs time, never correctness.

@@ -113,8 +113,8 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 	// row means the lock was not granted. The WHERE of a SELECT without
 	// FROM is evaluated once, so the lock is taken at most once. (A CTE
 	// that returned whether the lock was granted cost every acquisition
-	// about 8 µs more on the benchmark machine.) A key whose id another
-	// key already uses violates the unique lock_id.
+	// its setup in the server: docs/performance.md.) A key whose id
+	// another key already uses violates the unique lock_id.
 	d.qTry = bumpFrom("", " WHERE pg_try_advisory_lock($2)")
 	// Wait for the lock in the server and bump the token once it is
 	// granted, in one statement, so that a waiter holds the key one round
@@ -473,12 +473,12 @@ type sessionClaim struct {
 
 func (c *sessionClaim) Token() int64 { return c.token }
 
-// watchDelay is how long after the grant a lease's connection starts
-// being watched (a renewal starts the watch sooner). Most leases of a
-// busy key are released before: a watch costs two goroutines and a
-// deadline to interrupt its read, about a fifth of an uncontended acquire
-// + release. A connection that ended meanwhile is seen the moment its
-// watch starts.
+// watchDelay is how long after the grant a lease's connection starts being
+// watched (a renewal starts the watch sooner). Most leases of a busy key
+// are released before: a watch costs two goroutines and a deadline to
+// interrupt its read, a good share of an uncontended acquire + release
+// (docs/performance.md). A connection that ended meanwhile is seen the
+// moment its watch starts.
 const watchDelay = 100 * time.Millisecond
 
 // startWatch starts reading the idle connection, so that its end (the

@@ -27,10 +27,10 @@ import (
 // are doubles, exact below 2^53 (tokens are microseconds since 1970, about
 // 2^50.6 in 2026).
 //
-// Every redis.call costs the server about a microsecond more than the
-// command itself, so the scripts make as few as they can: an acquisition
-// makes four (SET NX PX, TIME, GET and SET of the counter), a release
-// three (GET, DEL, publish).
+// Every redis.call costs the server more than the command itself
+// (docs/performance.md), so the scripts make as few as they can: an
+// acquisition makes four (SET NX PX, TIME, GET and SET of the counter), a
+// release three (GET, DEL, publish).
 
 // heldReply is the tail shared by the scripts that report a holder:
 // {0, lock value or false, pttl, token or false}.
