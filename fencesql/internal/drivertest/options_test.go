@@ -1,4 +1,4 @@
-package fencesql_test
+package drivertest_test
 
 import (
 	"context"
