@@ -28,8 +28,7 @@ type hooked struct {
 	acquireHook func(ctx context.Context) error                    // before TryAcquire's store call
 	replyDelay  time.Duration                                      // after TryAcquire's store call
 	extendHook  func(ctx context.Context, next func() error) error // around Extend's store call, if set
-	sessionLost chan error                                         // makes claims SessionClaims
-	notifyLost  bool                                               // and LossNotifiers, reporting sessionLost by call
+	sessionLost chan error                                         // makes claims SessionClaims, reporting what it receives
 	releases    atomic.Int32
 }
 
@@ -50,11 +49,8 @@ func (h *hooked) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	}
 	time.Sleep(delay)
 	hc := &hookedClaim{Claim: c, h: h}
-	if h.sessionLost != nil && h.notifyLost {
-		return &notifyingClaim{sessionClaim: sessionClaim{hc}}, nil
-	}
 	if h.sessionLost != nil {
-		return &sessionClaim{hc}, nil
+		return &sessionClaim{hookedClaim: hc}, nil
 	}
 	return hc, nil
 }
@@ -86,19 +82,15 @@ func (c *hookedClaim) Release(ctx context.Context) error {
 	return c.Claim.Release(ctx)
 }
 
-type sessionClaim struct{ *hookedClaim }
-
-func (c *sessionClaim) Lost() <-chan error { return c.h.sessionLost }
-
-// notifyingClaim reports the loss of its session by calling the Client's
+// sessionClaim reports the loss of its session by calling the Client's
 // function, from a goroutine of its own, as a driver's watch would.
-type notifyingClaim struct {
-	sessionClaim
+type sessionClaim struct {
+	*hookedClaim
 	stop chan struct{}
 	done chan struct{}
 }
 
-func (c *notifyingClaim) NotifyLost(f func(error)) {
+func (c *sessionClaim) NotifyLost(f func(error)) {
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.done)
@@ -110,10 +102,10 @@ func (c *notifyingClaim) NotifyLost(f func(error)) {
 	}()
 }
 
-func (c *notifyingClaim) Release(ctx context.Context) error {
+func (c *sessionClaim) Release(ctx context.Context) error {
 	close(c.stop)
 	<-c.done
-	return c.sessionClaim.Release(ctx)
+	return c.hookedClaim.Release(ctx)
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -232,46 +224,41 @@ func TestRefusedRenewalLosesAtOnce(t *testing.T) {
 }
 
 func TestSessionLossLosesAtOnce(t *testing.T) {
-	for _, notify := range []bool{false, true} {
-		t.Run(fmt.Sprintf("LossNotifier=%v", notify), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				ctx := t.Context()
-				h := newHooked()
-				h.sessionLost = make(chan error, 1)
-				h.notifyLost = notify
-				c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
-				l, err := c.TryAcquire(ctx, "k")
-				if err != nil {
-					t.Fatal(err)
-				}
-				h.sessionLost <- errors.New("connection terminated by administrator")
-				if took := waitDone(t, l, 2*time.Second); took != 0 {
-					t.Errorf("loss noticed after %v; want at once", took)
-				}
-				if got := lossReason(t, l); got != fence.LossSession {
-					t.Errorf("reason %q; want %q", got, fence.LossSession)
-				}
-				if !strings.Contains(l.Err().Error(), "terminated by administrator") {
-					t.Errorf("cause %q does not carry the driver's error", l.Err())
-				}
-				if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
-					t.Errorf("Release after the loss: %v; want ErrLost", err)
-				}
-				// A released lease whose driver reports a loss late stays
-				// released.
-				l2, err := c.TryAcquire(ctx, "k2")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l2.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if !errors.Is(l2.Err(), fence.ErrReleased) {
-					t.Errorf("released lease's cause %v; want ErrReleased", l2.Err())
-				}
-			})
-		})
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		h := newHooked()
+		h.sessionLost = make(chan error, 1)
+		c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.sessionLost <- errors.New("connection terminated by administrator")
+		if took := waitDone(t, l, 2*time.Second); took != 0 {
+			t.Errorf("loss noticed after %v; want at once", took)
+		}
+		if got := lossReason(t, l); got != fence.LossSession {
+			t.Errorf("reason %q; want %q", got, fence.LossSession)
+		}
+		if !strings.Contains(l.Err().Error(), "terminated by administrator") {
+			t.Errorf("cause %q does not carry the driver's error", l.Err())
+		}
+		if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+			t.Errorf("Release after the loss: %v; want ErrLost", err)
+		}
+		// A released lease whose driver reports a loss late stays
+		// released.
+		l2, err := c.TryAcquire(ctx, "k2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(l2.Err(), fence.ErrReleased) {
+			t.Errorf("released lease's cause %v; want ErrReleased", l2.Err())
+		}
+	})
 }
 
 func TestLateAcquireReplyIsNeverHeld(t *testing.T) {

@@ -143,8 +143,9 @@ acquire + release):
   to the heap; ` + "`go test -bench AcquireRelease -benchmem .`" + ` measures it).
   Renewal is unchanged: every TTL/3, validity measured from the request's
   send time on the monotonic clock.
-- Session-bound drivers (PostgreSQL session mode, etcd) report a lost
-  session through an optional ` + "`fence.LossNotifier`" + `, so the core runs no
+- Session-bound drivers (PostgreSQL session mode, MySQL, etcd,
+  ZooKeeper) report a lost session by calling the function the core
+  registers (` + "`fence.SessionClaim.NotifyLost`" + `), so the core runs no
   goroutine per lease to wait for it.
 - fenceredis makes a lease's key names once, in one allocation, and writes
   the metadata JSON by hand (as does fencepg).

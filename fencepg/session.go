@@ -82,7 +82,6 @@ var (
 	_ fence.Inspector        = (*SessionDriver)(nil)
 	_ fence.Lister           = (*SessionDriver)(nil)
 	_ fence.SessionClaim     = (*sessionClaim)(nil)
-	_ fence.LossNotifier     = (*sessionClaim)(nil)
 )
 
 // NewSessionDriver returns a session mode driver. It opens its dedicated
@@ -491,7 +490,7 @@ type sessionClaim struct {
 	owner          string
 	id             int64
 	token          int64
-	*lossnote.Note // Lost and NotifyLost
+	*lossnote.Note // NotifyLost
 	// unlock is the statement that releases the lock:
 	// pg_advisory_unlock, or pg_advisory_unlock_shared for a reader.
 	unlock string

@@ -48,8 +48,8 @@ func (s *suite) request(key string, kind fence.Kind) fence.Request {
 func grantOnce(ctx context.Context, drv fence.Driver, req fence.Request) (fence.Claim, error) {
 	c, err := drv.TryAcquire(ctx, req)
 	if err == nil {
-		if ln, ok := c.(fence.LossNotifier); ok {
-			ln.NotifyLost(func(error) {})
+		if sc, ok := c.(fence.SessionClaim); ok {
+			sc.NotifyLost(func(error) {})
 		}
 	}
 	return c, err

@@ -73,14 +73,14 @@
 //     holder's back (Store.Delete) is lost within a renew interval; the
 //     next holder gets a greater token; the old holder's Release does not
 //     touch the new holder.
-//   - SessionLoss (SessionClaim, LossNotifier, rules 4 and 6), where
+//   - SessionLoss (SessionClaim, rules 4 and 6), where
 //     Store.KillSession is given: the session of a lock's, a semaphore
 //     slot's and a reader's holder killed in the store ends the lease
 //     promptly with LossSession, frees the key for the waiting contender
 //     with a greater token, and the holder's client acquires again; a
 //     session killed before its loss could be received (a driver-level
-//     claim, its LossNotifier registered or Lost read only after the
-//     kill) is still reported.
+//     claim, its loss function registered only after the kill) is still
+//     reported.
 //   - StateLoss (rule 9), where Store.Wipe is given: once the store has
 //     lost everything of a key, counters included, the next tokens of
 //     every kind are still greater.

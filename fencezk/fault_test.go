@@ -285,6 +285,8 @@ func TestSessionExpiryIsLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	claimLost := make(chan error, 1)
+	claim.(fence.SessionClaim).NotifyLost(func(err error) { claimLost <- err })
 	var otherGot atomic.Pointer[fence.Lease]
 	otherDone := make(chan error, 1)
 	go func() {
@@ -313,7 +315,7 @@ func TestSessionExpiryIsLoss(t *testing.T) {
 		t.Fatalf("waiter did not get the key after the holder's session expired")
 	}
 	select {
-	case err := <-claim.(fence.SessionClaim).Lost():
+	case err := <-claimLost:
 		if !errors.Is(err, zk.ErrSessionExpired) || !errors.Is(err, fence.ErrNotHeld) {
 			t.Errorf("claim lost with %v; want the session's expiry", err)
 		}
