@@ -18,7 +18,7 @@ import (
 // validity and loss. A Client is safe for concurrent use.
 type Client struct {
 	drv   Driver
-	cfg   config
+	cfg   *config // never changed once made; calls and leases share it
 	obs   *observer
 	sched schedule // the leases' deadlines
 
@@ -34,8 +34,7 @@ func New(drv Driver, opts ...Option) *Client {
 		panic("fence: New with nil Driver")
 	}
 	cfg := defaultConfig().with(opts)
-	cfg.client = true
-	c := &Client{drv: drv, cfg: cfg, obs: newObserver(drv, cfg), leases: make(map[*Lease]struct{})}
+	c := &Client{drv: drv, cfg: cfg, obs: newObserver(drv, *cfg), leases: make(map[*Lease]struct{})}
 	c.obs.watchLeases(c)
 	return c
 }
@@ -119,7 +118,7 @@ type target struct {
 	limit int // KindSemaphore
 }
 
-func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool) (l *Lease, err error) {
+func (c *Client) acquire(ctx context.Context, tgt target, cfg *config, wait bool) (l *Lease, err error) {
 	key := tgt.key
 	start := time.Now()
 	var waited time.Duration
@@ -182,7 +181,7 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 var errWaitTimeout = errors.New("fence: wait timeout")
 
 // acquireBlocking waits inside a driver whose store queues waiters.
-func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg config, req Request, held *HeldError) (*Lease, error) {
+func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg *config, req Request, held *HeldError) (*Lease, error) {
 	for {
 		sent := time.Now()
 		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta, sent)
@@ -232,7 +231,7 @@ const (
 // notification from a Watcher, the holder's reported expiry, or a jittered
 // exponential backoff. held is what the first attempt found, nil if its
 // reply came too late.
-func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Request, held *HeldError) (*Lease, error) {
+func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req Request, held *HeldError) (*Lease, error) {
 	var (
 		notify  <-chan struct{}
 		watched bool
@@ -339,7 +338,7 @@ var errLateReply = errors.New("fence: acquire reply arrived after the lease's va
 // request was sent. A reply that arrives after that validity has already
 // ended is never reported as held: the claim is released and errLateReply
 // returned.
-func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim, sent time.Time) (*Lease, error) {
+func (c *Client) grant(ctx context.Context, cfg *config, req Request, claim Claim, sent time.Time) (*Lease, error) {
 	validUntil := sent.Add(cfg.ttl - cfg.driftMargin())
 	if tok := claim.Token(); tok <= 0 {
 		c.releaseQuietly(claim, cfg)
@@ -366,7 +365,7 @@ func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim
 	return l, nil
 }
 
-func (c *Client) releaseQuietly(claim Claim, cfg config) {
+func (c *Client) releaseQuietly(claim Claim, cfg *config) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ttl)
 	defer cancel()
 	_ = claim.Release(ctx)

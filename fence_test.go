@@ -648,8 +648,8 @@ func TestBlockingWaitLongerThanTTLIsConfirmedByExtend(t *testing.T) {
 // and neither changes the other or the Client.
 func TestCallOptionsStayWithTheirLease(t *testing.T) {
 	ctx := context.Background()
-	c := fence.New(fencemem.New(), fence.WithTTL(time.Minute))
-	own, err := c.Acquire(ctx, "own", fence.WithTTL(2*time.Second))
+	c := fence.New(fencemem.New(), fence.WithTTL(time.Minute), fence.WithMetadata(map[string]string{"team": "a"}))
+	own, err := c.Acquire(ctx, "own", fence.WithTTL(2*time.Second), fence.WithMetadata(map[string]string{"job": "x"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,6 +672,15 @@ func TestCallOptionsStayWithTheirLease(t *testing.T) {
 	defer again.Release(ctx)
 	if got := again.TTL(); got != time.Minute {
 		t.Errorf("a later lease: TTL %v, want the Client's 1m (a call's option leaked into the Client)", got)
+	}
+	for key, want := range map[string]string{"own": "x", "again": ""} {
+		h, err := c.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Meta["team"] != "a" || h.Meta["job"] != want {
+			t.Errorf("%s: metadata %v; want team=a and job=%q (a call's metadata must not leak into the Client's)", key, h.Meta, want)
+		}
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 // A Lease is safe for concurrent use.
 type Lease struct {
 	c        *Client
-	cfg      *config // the Client's, or the call's if its options changed it
+	cfg      *config // the Client's, or the call's if its options changed it; never changed
 	key      string
 	owner    string
 	token    int64
@@ -62,15 +62,10 @@ type Lease struct {
 	countedHeld bool
 }
 
-func newLease(c *Client, cfg config, req Request, claim Claim, validUntil, now time.Time, ctx context.Context) *Lease {
-	lcfg := &c.cfg
-	if !cfg.client {
-		lcfg = new(config)
-		*lcfg = cfg
-	}
+func newLease(c *Client, cfg *config, req Request, claim Claim, validUntil, now time.Time, ctx context.Context) *Lease {
 	l := &Lease{
 		c:          c,
-		cfg:        lcfg,
+		cfg:        cfg,
 		key:        req.Key,
 		owner:      req.Owner,
 		token:      claim.Token(),

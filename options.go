@@ -41,11 +41,6 @@ type config struct {
 	holdAtLeast time.Duration
 	err         error // first invalid option
 
-	// client marks the Client's own settings, unchanged by a call's
-	// options: a lease made with them points at the Client's copy instead
-	// of carrying one. apply clears it: change a copy only through apply.
-	client bool
-
 	// Read by New only.
 	meterProvider  metric.MeterProvider
 	tracerProvider trace.TracerProvider
@@ -53,29 +48,27 @@ type config struct {
 	storeName      string
 }
 
-func defaultConfig() config {
-	return config{ttl: DefaultTTL, margin: -1, logger: slog.New(slog.DiscardHandler)}
+func defaultConfig() *config {
+	return &config{ttl: DefaultTTL, margin: -1, logger: slog.New(slog.DiscardHandler)}
 }
 
-func (c config) with(opts []Option) config {
+// with returns c with opts applied. A config is never changed once made:
+// the Client's, a call's and a lease's may be one and the same. So with
+// returns c itself when there is nothing to apply (no copy on a call
+// without options), and a new config otherwise, its metadata map copied
+// too, so that no option ever changes c.
+func (c *config) with(opts []Option) *config {
 	if len(opts) == 0 {
-		// Nothing to change: no copy, and (options taking &c being in
-		// another function) no escape of c to the heap on every call.
 		return c
 	}
-	return c.apply(opts)
-}
-
-func (c config) apply(opts []Option) config {
-	// Copy the map so a call's options never change the Client's.
-	c.meta = maps.Clone(c.meta)
-	c.client = false
+	n := *c
+	n.meta = maps.Clone(c.meta)
 	for _, o := range opts {
 		if o != nil {
-			o(&c)
+			o(&n)
 		}
 	}
-	return c
+	return &n
 }
 
 func (c *config) invalid(format string, args ...any) {

@@ -97,7 +97,7 @@ func (p *Partitions) Run(ctx context.Context, work func(ctx context.Context, par
 	}
 	cfg := p.c.cfg.with(p.opts)
 	if cfg.ownerPrefix == "" {
-		cfg = cfg.apply([]Option{WithOwner("w" + newOwnerID("")[:12])})
+		cfg = cfg.with([]Option{WithOwner("w" + newOwnerID("")[:12])})
 	}
 	if err := cfg.validate(p.memberKey(0)); err != nil {
 		return err
@@ -150,7 +150,7 @@ func (p *Partitions) partitionKey(name string) string {
 
 // join takes the first free member slot; nil if all are taken (more
 // workers than partitions: this one has nothing to do for now).
-func (p *Partitions) join(ctx context.Context, cfg config) (*Lease, error) {
+func (p *Partitions) join(ctx context.Context, cfg *config) (*Lease, error) {
 	for slot := range p.names {
 		l, err := p.c.acquire(ctx, target{key: p.memberKey(slot)}, cfg, false)
 		if err == nil {
@@ -174,7 +174,7 @@ func memberOf(owner string) string {
 
 // rebalance is one round: count members, work out this worker's share,
 // give up or take partitions to meet it.
-func (p *Partitions) rebalance(ctx context.Context, cfg config, in Inspector, member *Lease, work func(context.Context, string, *Lease) error) error {
+func (p *Partitions) rebalance(ctx context.Context, cfg *config, in Inspector, member *Lease, work func(context.Context, string, *Lease) error) error {
 	var members []string
 	for slot := range p.names {
 		h, err := in.Inspect(ctx, p.memberKey(slot))

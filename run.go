@@ -31,7 +31,7 @@ func (c *Client) Run(ctx context.Context, key string, fn func(ctx context.Contex
 	return c.run(ctx, target{key: key}, c.cfg.with(opts), fn)
 }
 
-func (c *Client) run(ctx context.Context, tgt target, cfg config, fn func(ctx context.Context, l *Lease) error) error {
+func (c *Client) run(ctx context.Context, tgt target, cfg *config, fn func(ctx context.Context, l *Lease) error) error {
 	l, err := c.acquire(ctx, tgt, cfg, !cfg.skipIfHeld)
 	if err != nil {
 		if cfg.skipIfHeld && errors.Is(err, ErrHeld) {
@@ -43,7 +43,7 @@ func (c *Client) run(ctx context.Context, tgt target, cfg config, fn func(ctx co
 }
 
 // runHeld runs fn under the held lease l and releases it.
-func runHeld(ctx context.Context, l *Lease, cfg config, fn func(ctx context.Context, l *Lease) error) error {
+func runHeld(ctx context.Context, l *Lease, cfg *config, fn func(ctx context.Context, l *Lease) error) error {
 	runCtx, cancel := context.WithCancelCause(l.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	err := fn(runCtx, l)
