@@ -27,13 +27,14 @@ type Client struct {
 	closed bool
 }
 
-// New returns a Client over drv. The options are the defaults for every
-// call; calls may override them.
-func New(drv Driver, opts ...Option) *Client {
+// New returns a Client over drv. The options are the Client's settings:
+// each Option among them is the default for every call, which calls may
+// override.
+func New(drv Driver, opts ...ClientOption) *Client {
 	if drv == nil {
 		panic("fence: New with nil Driver")
 	}
-	cfg := defaultConfig().with(opts)
+	cfg := with(defaultConfig(), opts)
 	c := &Client{drv: drv, cfg: cfg, obs: newObserver(drv, *cfg), leases: make(map[*Lease]struct{})}
 	c.obs.watchLeases(c)
 	return c
@@ -54,15 +55,22 @@ func (c *Client) Driver() Driver { return c.drv }
 //
 // ctx bounds the wait only; the lease's own context (Lease.Context) carries
 // ctx's values but not its cancellation.
-func (c *Client) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return c.acquire(ctx, target{key: key}, c.cfg.with(opts), true)
+func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return c.acquire(ctx, target{key: key}, with(c.cfg, opts), true)
 }
 
 // TryAcquire makes one attempt to take key and returns at once. If another
 // owner holds it, the error is a *HeldError matching ErrHeld, carrying the
-// holder where the store can tell.
-func (c *Client) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return c.acquire(ctx, target{key: key}, c.cfg.with(opts), false)
+// holder where the store can tell. It refuses WithWait (ErrInvalidOption):
+// it never waits.
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return c.acquire(ctx, target{key: key}, tryConfig(c.cfg, opts, "TryAcquire"), false)
+}
+
+// tryConfig is the config of a call that never waits, named call: cfg
+// with opts applied, refusing WithWait.
+func tryConfig(cfg *config, opts []AcquireOption, call string) *config {
+	return refuse(with(cfg, opts), opts, "WithWait", call, "never waits")
 }
 
 // Inspect returns the current holder of key. The error matches ErrNotHeld

@@ -431,11 +431,17 @@ func TestBadOptions(t *testing.T) {
 		"long owner":          fence.WithOwner(strings.Repeat("o", 65)),
 		"zero renew interval": fence.WithRenewInterval(0),
 		"negative margin":     fence.WithDriftMargin(-time.Second),
-		"negative hold":       fence.HoldAtLeast(-time.Second),
 	} {
 		if _, err := c.TryAcquire(ctx, "k", opt); !errors.Is(err, fence.ErrInvalidOption) {
 			t.Errorf("%s: %v; want ErrInvalidOption", name, err)
 		}
+	}
+	run := func(context.Context, *fence.Lease) error {
+		t.Error("Run with a bad option ran its function")
+		return nil
+	}
+	if err := c.Run(ctx, "k", run, fence.HoldAtLeast(-time.Second)); !errors.Is(err, fence.ErrInvalidOption) {
+		t.Errorf("negative hold: %v; want ErrInvalidOption", err)
 	}
 	if _, err := c.TryAcquire(ctx, "k", fence.WithTTL(time.Second), fence.WithDriftMargin(time.Second)); !errors.Is(err, fence.ErrInvalidTTL) {
 		t.Errorf("margin as long as the TTL: %v; want ErrInvalidTTL", err)

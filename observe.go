@@ -22,29 +22,29 @@ const instrumentation = "github.com/fencing/fence"
 // WithMeterProvider sets where fence's metrics go. The default is the
 // global provider (otel.GetMeterProvider), which records nothing unless the
 // application installs an SDK. Only New reads it.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) { c.meterProvider = mp }
+func WithMeterProvider(mp metric.MeterProvider) ClientOption {
+	return clientSetting{"WithMeterProvider", func(c *config) { c.meterProvider = mp }}
 }
 
 // WithTracerProvider sets where fence's spans go. The default is the global
 // provider (otel.GetTracerProvider), which records nothing unless the
 // application installs an SDK. Only New reads it.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) { c.tracerProvider = tp }
+func WithTracerProvider(tp trace.TracerProvider) ClientOption {
+	return clientSetting{"WithTracerProvider", func(c *config) { c.tracerProvider = tp }}
 }
 
 // WithKeyAttribute makes the lock key an attribute of fence's metrics. Off
 // by default: keys are unbounded, and each distinct key is a new time
 // series. Spans always carry the key. Only New reads it.
-func WithKeyAttribute() Option {
-	return func(c *config) { c.keyAttribute = true }
+func WithKeyAttribute() ClientOption {
+	return clientSetting{"WithKeyAttribute", func(c *config) { c.keyAttribute = true }}
 }
 
 // WithStoreName sets the store name fence's metrics, spans and logs carry.
 // The default is derived from the driver's package: "redis" for
 // fenceredis, "postgres" for fencepg. Only New reads it.
-func WithStoreName(name string) Option {
-	return func(c *config) { c.storeName = name }
+func WithStoreName(name string) ClientOption {
+	return clientSetting{"WithStoreName", func(c *config) { c.storeName = name }}
 }
 
 // Outcomes of an acquisition, as the "outcome" metric attribute.

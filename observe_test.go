@@ -43,8 +43,8 @@ func newTelemetry(t *testing.T) *telemetry {
 	return tel
 }
 
-func (tel *telemetry) options() []fence.Option {
-	return []fence.Option{fence.WithMeterProvider(tel.mp), fence.WithTracerProvider(tel.tp)}
+func (tel *telemetry) options() []fence.ClientOption {
+	return []fence.ClientOption{fence.WithMeterProvider(tel.mp), fence.WithTracerProvider(tel.tp)}
 }
 
 // sum returns the value of a counter (or the count of a histogram) over the

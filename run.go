@@ -26,9 +26,20 @@ import (
 // With SkipIfHeld, Run does not wait for a held key: it returns an error
 // matching ErrSkipped (and ErrHeld, with the holder) without calling fn.
 // With HoldAtLeast, it keeps the lease after fn returns until that long
-// after the acquisition.
-func (c *Client) Run(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
-	return c.run(ctx, target{key: key}, c.cfg.with(opts), fn)
+// after the acquisition. SkipIfHeld and WithWait together are refused
+// (ErrInvalidOption): a Run that skips never waits.
+func (c *Client) Run(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...RunOption) error {
+	return c.run(ctx, target{key: key}, runConfig(c.cfg, opts, "Run"), fn)
+}
+
+// runConfig is the config of a Run, named call: cfg with opts applied,
+// refusing WithWait beside SkipIfHeld.
+func runConfig(cfg *config, opts []RunOption, call string) *config {
+	cfg = with(cfg, opts)
+	if given(opts, "SkipIfHeld") {
+		cfg = refuse(cfg, opts, "WithWait", call+" with SkipIfHeld", "never waits")
+	}
+	return cfg
 }
 
 func (c *Client) run(ctx context.Context, tgt target, cfg *config, fn func(ctx context.Context, l *Lease) error) error {

@@ -80,7 +80,7 @@ func blocker(k fence.Kind) fence.Kind {
 
 // acquireKind takes key in kind through the Client: a lock, a semaphore of
 // one slot, or a side of a reader-writer lock. With wait it waits.
-func acquireKind(ctx context.Context, c *fence.Client, key string, k fence.Kind, wait bool, opts ...fence.Option) (*fence.Lease, error) {
+func acquireKind(ctx context.Context, c *fence.Client, key string, k fence.Kind, wait bool, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	switch k {
 	case fence.KindSemaphore:
 		if wait {

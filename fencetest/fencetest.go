@@ -289,13 +289,13 @@ func (s *suite) prefix() string { return "fencetest/" + s.run + "/" }
 
 // client opens a new driver and returns a Client over it with the suite's
 // TTL. The driver is closed when the test ends.
-func (s *suite) client(t *testing.T, opts ...fence.Option) *fence.Client {
+func (s *suite) client(t *testing.T, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
 	drv, closeDrv, err := s.cfg.Open(s.store.Connect)
 	if err != nil {
 		t.Fatalf("Open(%q): %v", s.store.Connect, err)
 	}
-	c := fence.New(drv, append([]fence.Option{fence.WithTTL(s.cfg.TTL)}, opts...)...)
+	c := fence.New(drv, append([]fence.ClientOption{fence.WithTTL(s.cfg.TTL)}, opts...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.slack())
 		defer cancel()
@@ -321,7 +321,7 @@ func (s *suite) ctx(t *testing.T) context.Context {
 	return ctx
 }
 
-func mustAcquire(t *testing.T, ctx context.Context, c *fence.Client, key string, opts ...fence.Option) *fence.Lease {
+func mustAcquire(t *testing.T, ctx context.Context, c *fence.Client, key string, opts ...fence.AcquireOption) *fence.Lease {
 	t.Helper()
 	l, err := c.TryAcquire(ctx, key, opts...)
 	if err != nil {
