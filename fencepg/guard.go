@@ -35,7 +35,7 @@ type Guard struct {
 
 // NewGuard returns a guard over the guard table (see Tables and Setup).
 func NewGuard(opts ...Option) (*Guard, error) {
-	o, ts, err := collect(opts)
+	o, ts, err := collect(opts, "NewGuard", "Strict", "WithGuardMetrics")
 	if err != nil {
 		return nil, err
 	}

@@ -92,7 +92,7 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 	if pool == nil {
 		return nil, fmt.Errorf("%w: fencepg: nil pool", fence.ErrInvalidOption)
 	}
-	o, ts, err := collect(opts)
+	o, ts, err := collect(opts, "NewSessionDriver", "WithAutoSetup")
 	if err != nil {
 		return nil, err
 	}
