@@ -382,8 +382,8 @@ func (s *suite) badInput(t *testing.T) {
 	if _, err := c.TryAcquire(ctx, good, fence.WithRenewInterval(s.cfg.TTL)); !errors.Is(err, fence.ErrInvalidTTL) {
 		t.Errorf("TryAcquire renewing every TTL: %v; want ErrInvalidTTL (no time to renew)", err)
 	}
-	if _, err := c.TryAcquire(ctx, good, fence.WithWait(-1)); !errors.Is(err, fence.ErrInvalidOption) {
-		t.Errorf("TryAcquire with negative wait: %v; want ErrInvalidOption", err)
+	if _, err := c.Acquire(ctx, good, fence.WithWait(-1)); !errors.Is(err, fence.ErrInvalidOption) {
+		t.Errorf("Acquire with negative wait: %v; want ErrInvalidOption", err)
 	}
 	// None of that may have touched the store.
 	l := mustAcquire(t, ctx, c, good)
