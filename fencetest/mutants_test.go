@@ -111,6 +111,9 @@ var broken = map[string]brokenDriver{
 	// SessionClaim: f is called when the session is gone (rule 4).
 	"loss-notifier-never-fires": {session: true, build: notifierNeverFires, catch: []string{"SessionLoss/lock"},
 		why: `want a *LostError with reason "session"`},
+	// SessionClaim: f is called promptly, well under a TTL (rule 4).
+	"loss-reported-late": {session: true, build: lossReportedLate, catch: []string{"SessionLoss/lock"},
+		why: "loss must be prompt"},
 	// SessionClaim: f is called at once if the session is gone already.
 	"loss-notifier-misses-early-loss": {session: true, build: notifierMissesEarlyLoss, catch: []string{"SessionLoss/killed-before-registration"},
 		why: "was never reported"},
@@ -624,6 +627,20 @@ func notifierNeverFires(b *base) fence.Driver {
 type deafNotifier struct{ *session }
 
 func (deafNotifier) NotifyLost(func(error)) {}
+
+// lossReportedLate calls the loss function only seconds after the
+// session is gone: later than the suite's bound for a prompt report (3/4
+// of the ten suite TTLs the check's lease has).
+func lossReportedLate(b *base) fence.Driver {
+	b.sess.wrap = func(s *session) fence.Claim { return slowNotifier{s} }
+	return b.sess
+}
+
+type slowNotifier struct{ *session }
+
+func (c slowNotifier) NotifyLost(f func(error)) {
+	c.session.NotifyLost(func(err error) { time.AfterFunc(4*time.Second, func() { f(err) }) })
+}
 
 // notifierMissesEarlyLoss registers the loss function, but never hands
 // it a loss that came before.
