@@ -368,7 +368,13 @@ func (c *Client) grant(ctx context.Context, cfg *config, req Request, claim Clai
 		_ = l.Release(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("fence: acquire %q: %w", req.Key, ErrClosed)
 	}
-	c.leases[l] = struct{}{}
+	// A session-bound lease may be lost already, its loss reported while
+	// start registered for it; its lose then found nothing to forget.
+	l.mu.Lock()
+	if !l.ended {
+		c.leases[l] = struct{}{}
+	}
+	l.mu.Unlock()
 	c.mu.Unlock()
 	return l, nil
 }

@@ -261,6 +261,40 @@ func TestSessionLossLosesAtOnce(t *testing.T) {
 	})
 }
 
+// goneClaim is a session claim whose session is gone before the Client
+// registers for its loss: the driver reports it at once, from NotifyLost.
+type goneClaim struct{ fence.Claim }
+
+func (goneClaim) NotifyLost(f func(error)) { f(errors.New("session gone before registration")) }
+
+type goneStore struct{ *fencemem.Store }
+
+func (s goneStore) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := s.Store.TryAcquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return goneClaim{c}, nil
+}
+
+// A lease whose session is gone at the grant is lost at once, and the
+// Client keeps nothing of it: Close, which reports only what its own
+// releases find, has nothing to report.
+func TestSessionGoneAtGrant(t *testing.T) {
+	ctx := ctxT(t)
+	c := fence.New(goneStore{fencemem.New()})
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lossReason(t, l); got != fence.LossSession {
+		t.Errorf("reason %q; want %q", got, fence.LossSession)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close after a lease lost at its grant: %v; want nil (the Client still listed the lost lease)", err)
+	}
+}
+
 func TestLateAcquireReplyIsNeverHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
