@@ -513,7 +513,8 @@ const watchDelay = 100 * time.Millisecond
 
 // startWatch starts reading the idle connection, so that its end (the
 // server terminating the backend, a broken network) is seen at once and
-// reported on Lost. Nothing else is sent on the connection while it runs.
+// reported to the Client (NotifyLost). Nothing else is sent on the
+// connection while it runs.
 func (c *sessionClaim) startWatch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
