@@ -18,7 +18,7 @@ import (
 // validity and loss. A Client is safe for concurrent use.
 type Client struct {
 	drv   Driver
-	cfg   config
+	cfg   *config  // never changed once made; calls and leases share it
 	sched schedule // the leases' deadlines
 
 	observer Observer // nil: none
@@ -30,14 +30,14 @@ type Client struct {
 	closed bool
 }
 
-// New returns a Client over drv. The options are the defaults for every
-// call; calls may override them.
-func New(drv Driver, opts ...Option) *Client {
+// New returns a Client over drv. The options are the Client's settings:
+// each Option among them is the default for every call, which calls may
+// override.
+func New(drv Driver, opts ...ClientOption) *Client {
 	if drv == nil {
 		panic("fence: New with nil Driver")
 	}
-	cfg := defaultConfig().with(opts)
-	cfg.client = true
+	cfg := with(defaultConfig(), opts)
 	c := &Client{drv: drv, cfg: cfg, leases: make(map[*Lease]struct{}), observer: cfg.observer, store: cfg.storeName}
 	if c.store == "" {
 		c.store = storeName(drv)
@@ -60,15 +60,22 @@ func (c *Client) Driver() Driver { return c.drv }
 //
 // ctx bounds the wait only; the lease's own context (Lease.Context) carries
 // ctx's values but not its cancellation.
-func (c *Client) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return c.acquire(ctx, target{key: key}, c.cfg.with(opts), true)
+func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return c.acquire(ctx, target{key: key}, with(c.cfg, opts), true)
 }
 
 // TryAcquire makes one attempt to take key and returns at once. If another
 // owner holds it, the error is a *HeldError matching ErrHeld, carrying the
-// holder where the store can tell.
-func (c *Client) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return c.acquire(ctx, target{key: key}, c.cfg.with(opts), false)
+// holder where the store can tell. It refuses WithWait (ErrInvalidOption):
+// it never waits.
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return c.acquire(ctx, target{key: key}, tryConfig(c.cfg, opts, "TryAcquire"), false)
+}
+
+// tryConfig is the config of a call that never waits, named call: cfg
+// with opts applied, refusing WithWait.
+func tryConfig(cfg *config, opts []AcquireOption, call string) *config {
+	return refuse(with(cfg, opts), opts, "WithWait", call, "never waits")
 }
 
 // Inspect returns the current holder of key. The error matches ErrNotHeld
@@ -123,7 +130,7 @@ type target struct {
 	limit int // KindSemaphore
 }
 
-func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool) (l *Lease, err error) {
+func (c *Client) acquire(ctx context.Context, tgt target, cfg *config, wait bool) (l *Lease, err error) {
 	key := tgt.key
 	start := time.Now()
 	var waited time.Duration
@@ -207,7 +214,7 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg config, wait bool)
 var errWaitTimeout = errors.New("fence: wait timeout")
 
 // acquireBlocking waits inside a driver whose store queues waiters.
-func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg config, req Request, held *HeldError) (*Lease, error) {
+func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg *config, req Request, held *HeldError) (*Lease, error) {
 	for {
 		sent := time.Now()
 		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta, sent)
@@ -257,7 +264,7 @@ const (
 // notification from a Watcher, the holder's reported expiry, or a jittered
 // exponential backoff. held is what the first attempt found, nil if its
 // reply came too late.
-func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg config, req Request, held *HeldError) (*Lease, error) {
+func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req Request, held *HeldError) (*Lease, error) {
 	var (
 		notify  <-chan struct{}
 		watched bool
@@ -364,7 +371,7 @@ var errLateReply = errors.New("fence: acquire reply arrived after the lease's va
 // request was sent. A reply that arrives after that validity has already
 // ended is never reported as held: the claim is released and errLateReply
 // returned.
-func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim, sent time.Time) (*Lease, error) {
+func (c *Client) grant(ctx context.Context, cfg *config, req Request, claim Claim, sent time.Time) (*Lease, error) {
 	validUntil := sent.Add(cfg.ttl - cfg.driftMargin())
 	if tok := claim.Token(); tok <= 0 {
 		c.releaseQuietly(claim, cfg)
@@ -389,12 +396,18 @@ func (c *Client) grant(ctx context.Context, cfg config, req Request, claim Claim
 		_ = l.Release(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("fence: acquire %q: %w", req.Key, ErrClosed)
 	}
-	c.leases[l] = struct{}{}
+	// A session-bound lease may be lost already, its loss reported while
+	// start registered for it; its lose then found nothing to forget.
+	l.mu.Lock()
+	if !l.ended {
+		c.leases[l] = struct{}{}
+	}
+	l.mu.Unlock()
 	c.mu.Unlock()
 	return l, nil
 }
 
-func (c *Client) releaseQuietly(claim Claim, cfg config) {
+func (c *Client) releaseQuietly(claim Claim, cfg *config) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ttl)
 	defer cancel()
 	_ = claim.Release(ctx)

@@ -13,7 +13,7 @@ import (
 //
 // Extra powers are optional interfaces that the Client discovers by type
 // assertion: [Watcher], [BlockingAcquirer], [Inspector], [Lister] on the
-// Driver, and [SessionClaim] and [LossNotifier] on a [Claim].
+// Driver, and [SessionClaim] on a [Claim].
 //
 // A Driver must be safe for concurrent use. The conformance suite in
 // package fencetest checks every rule a driver must keep.
@@ -126,28 +126,20 @@ type Claim interface {
 
 // SessionClaim is a Claim bound to a connection or session (an advisory
 // lock on a dedicated connection, an etcd or ZooKeeper session) whose loss
-// the driver detects itself.
+// the driver detects itself (a watch, a keepalive, a goroutine reading the
+// connection). The driver reports the loss by calling a function the
+// Client registers, so the Client runs nothing of its own per lease to
+// learn of it.
 type SessionClaim interface {
 	Claim
-	// Lost returns a channel that receives the cause once, when the
-	// session that holds the lease is gone. The Client then treats the
-	// lease as lost at once.
-	Lost() <-chan error
-}
-
-// LossNotifier is implemented by a SessionClaim whose driver already runs
-// something that learns of the session's loss (a watch, a keepalive, a
-// goroutine reading the connection). The Client then registers a function
-// instead of running a goroutine of its own per lease to receive from
-// Lost.
-type LossNotifier interface {
-	SessionClaim
 	// NotifyLost registers f. The Client calls it once, right after the
 	// claim is granted and before any other method. The driver calls f
-	// once, with the cause, when the session holding the lease is gone
-	// (at once if it is gone already), from any goroutine and without
-	// holding locks f could need; it may still do so during or after
-	// Release, and need not send on Lost once f is registered.
+	// exactly once, with the cause, when the session holding the lease is
+	// gone: at once (before NotifyLost returns or soon after) if it was
+	// gone already, so that a loss before the registration is never
+	// missed. It calls f from any goroutine and without holding locks f
+	// could need, and may still do so during or after Release; the Client
+	// then ignores it.
 	NotifyLost(f func(cause error))
 }
 

@@ -14,7 +14,7 @@ import (
 type Election struct {
 	c    *Client
 	key  string
-	opts []Option
+	opts []AcquireOption
 
 	mu    sync.Mutex
 	lease *Lease
@@ -22,7 +22,7 @@ type Election struct {
 
 // Election returns a candidate for leadership of key. The options apply to
 // every campaign.
-func (c *Client) Election(key string, opts ...Option) *Election {
+func (c *Client) Election(key string, opts ...AcquireOption) *Election {
 	return &Election{c: c, key: key, opts: opts}
 }
 
@@ -139,7 +139,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Holder, error) {
 			notify = ch
 		}
 	}
-	poll := min(e.c.cfg.with(e.opts).ttl/3, maxPoll)
+	poll := min(with(e.c.cfg, e.opts).ttl/3, maxPoll)
 	out := make(chan Holder)
 	go func() {
 		defer close(out)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fencing/fence/internal/kit/tokenrule"
 )
 
 // Sentinel errors. Match them with errors.Is; the errors fence returns wrap
@@ -48,7 +50,7 @@ var (
 	ErrStale = errors.New("fence: stale fencing token")
 	// ErrInvalidToken: a guard was given a token that no lease can carry
 	// (zero or negative).
-	ErrInvalidToken = errors.New("fence: invalid fencing token")
+	ErrInvalidToken = tokenrule.ErrInvalidToken
 )
 
 // HeldError reports that a key is held by another owner. It matches

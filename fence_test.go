@@ -29,8 +29,7 @@ type hooked struct {
 	acquireHook func(ctx context.Context) error                    // before TryAcquire's store call
 	replyDelay  time.Duration                                      // after TryAcquire's store call
 	extendHook  func(ctx context.Context, next func() error) error // around Extend's store call, if set
-	sessionLost chan error                                         // makes claims SessionClaims
-	notifyLost  bool                                               // and LossNotifiers, reporting sessionLost by call
+	sessionLost chan error                                         // makes claims SessionClaims, reporting what it receives
 	releases    atomic.Int32
 }
 
@@ -51,11 +50,8 @@ func (h *hooked) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	}
 	time.Sleep(delay)
 	hc := &hookedClaim{Claim: c, h: h}
-	if h.sessionLost != nil && h.notifyLost {
-		return &notifyingClaim{sessionClaim: sessionClaim{hc}}, nil
-	}
 	if h.sessionLost != nil {
-		return &sessionClaim{hc}, nil
+		return &sessionClaim{hookedClaim: hc}, nil
 	}
 	return hc, nil
 }
@@ -87,19 +83,15 @@ func (c *hookedClaim) Release(ctx context.Context) error {
 	return c.Claim.Release(ctx)
 }
 
-type sessionClaim struct{ *hookedClaim }
-
-func (c *sessionClaim) Lost() <-chan error { return c.h.sessionLost }
-
-// notifyingClaim reports the loss of its session by calling the Client's
+// sessionClaim reports the loss of its session by calling the Client's
 // function, from a goroutine of its own, as a driver's watch would.
-type notifyingClaim struct {
-	sessionClaim
+type sessionClaim struct {
+	*hookedClaim
 	stop chan struct{}
 	done chan struct{}
 }
 
-func (c *notifyingClaim) NotifyLost(f func(error)) {
+func (c *sessionClaim) NotifyLost(f func(error)) {
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.done)
@@ -111,10 +103,10 @@ func (c *notifyingClaim) NotifyLost(f func(error)) {
 	}()
 }
 
-func (c *notifyingClaim) Release(ctx context.Context) error {
+func (c *sessionClaim) Release(ctx context.Context) error {
 	close(c.stop)
 	<-c.done
-	return c.sessionClaim.Release(ctx)
+	return c.hookedClaim.Release(ctx)
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -233,45 +225,74 @@ func TestRefusedRenewalLosesAtOnce(t *testing.T) {
 }
 
 func TestSessionLossLosesAtOnce(t *testing.T) {
-	for _, notify := range []bool{false, true} {
-		t.Run(fmt.Sprintf("LossNotifier=%v", notify), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				ctx := t.Context()
-				h := newHooked()
-				h.sessionLost = make(chan error, 1)
-				h.notifyLost = notify
-				c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
-				l, err := c.TryAcquire(ctx, "k")
-				if err != nil {
-					t.Fatal(err)
-				}
-				h.sessionLost <- errors.New("connection terminated by administrator")
-				if took := waitDone(t, l, 2*time.Second); took != 0 {
-					t.Errorf("loss noticed after %v; want at once", took)
-				}
-				if got := lossReason(t, l); got != fence.LossSession {
-					t.Errorf("reason %q; want %q", got, fence.LossSession)
-				}
-				if !strings.Contains(l.Err().Error(), "terminated by administrator") {
-					t.Errorf("cause %q does not carry the driver's error", l.Err())
-				}
-				if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
-					t.Errorf("Release after the loss: %v; want ErrLost", err)
-				}
-				// A released lease whose driver reports a loss late stays
-				// released.
-				l2, err := c.TryAcquire(ctx, "k2")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l2.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if !errors.Is(l2.Err(), fence.ErrReleased) {
-					t.Errorf("released lease's cause %v; want ErrReleased", l2.Err())
-				}
-			})
-		})
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		h := newHooked()
+		h.sessionLost = make(chan error, 1)
+		c := fence.New(h, fence.WithTTL(10*time.Second), fence.WithoutRenewal())
+		l, err := c.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.sessionLost <- errors.New("connection terminated by administrator")
+		if took := waitDone(t, l, 2*time.Second); took != 0 {
+			t.Errorf("loss noticed after %v; want at once", took)
+		}
+		if got := lossReason(t, l); got != fence.LossSession {
+			t.Errorf("reason %q; want %q", got, fence.LossSession)
+		}
+		if !strings.Contains(l.Err().Error(), "terminated by administrator") {
+			t.Errorf("cause %q does not carry the driver's error", l.Err())
+		}
+		if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
+			t.Errorf("Release after the loss: %v; want ErrLost", err)
+		}
+		// A released lease whose driver reports a loss late stays
+		// released.
+		l2, err := c.TryAcquire(ctx, "k2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(l2.Err(), fence.ErrReleased) {
+			t.Errorf("released lease's cause %v; want ErrReleased", l2.Err())
+		}
+	})
+}
+
+// goneClaim is a session claim whose session is gone before the Client
+// registers for its loss: the driver reports it at once, from NotifyLost.
+type goneClaim struct{ fence.Claim }
+
+func (goneClaim) NotifyLost(f func(error)) { f(errors.New("session gone before registration")) }
+
+type goneStore struct{ *fencemem.Store }
+
+func (s goneStore) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := s.Store.TryAcquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return goneClaim{c}, nil
+}
+
+// A lease whose session is gone at the grant is lost at once, and the
+// Client keeps nothing of it: Close, which reports only what its own
+// releases find, has nothing to report.
+func TestSessionGoneAtGrant(t *testing.T) {
+	ctx := ctxT(t)
+	c := fence.New(goneStore{fencemem.New()})
+	l, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lossReason(t, l); got != fence.LossSession {
+		t.Errorf("reason %q; want %q", got, fence.LossSession)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close after a lease lost at its grant: %v; want nil (the Client still listed the lost lease)", err)
 	}
 }
 
@@ -445,11 +466,17 @@ func TestBadOptions(t *testing.T) {
 		"long owner":          fence.WithOwner(strings.Repeat("o", 65)),
 		"zero renew interval": fence.WithRenewInterval(0),
 		"negative margin":     fence.WithDriftMargin(-time.Second),
-		"negative hold":       fence.HoldAtLeast(-time.Second),
 	} {
 		if _, err := c.TryAcquire(ctx, "k", opt); !errors.Is(err, fence.ErrInvalidOption) {
 			t.Errorf("%s: %v; want ErrInvalidOption", name, err)
 		}
+	}
+	run := func(context.Context, *fence.Lease) error {
+		t.Error("Run with a bad option ran its function")
+		return nil
+	}
+	if err := c.Run(ctx, "k", run, fence.HoldAtLeast(-time.Second)); !errors.Is(err, fence.ErrInvalidOption) {
+		t.Errorf("negative hold: %v; want ErrInvalidOption", err)
 	}
 	if _, err := c.TryAcquire(ctx, "k", fence.WithTTL(time.Second), fence.WithDriftMargin(time.Second)); !errors.Is(err, fence.ErrInvalidTTL) {
 		t.Errorf("margin as long as the TTL: %v; want ErrInvalidTTL", err)
@@ -662,8 +689,8 @@ func TestBlockingWaitLongerThanTTLIsConfirmedByExtend(t *testing.T) {
 // and neither changes the other or the Client.
 func TestCallOptionsStayWithTheirLease(t *testing.T) {
 	ctx := context.Background()
-	c := fence.New(fencemem.New(), fence.WithTTL(time.Minute))
-	own, err := c.Acquire(ctx, "own", fence.WithTTL(2*time.Second))
+	c := fence.New(fencemem.New(), fence.WithTTL(time.Minute), fence.WithMetadata(map[string]string{"team": "a"}))
+	own, err := c.Acquire(ctx, "own", fence.WithTTL(2*time.Second), fence.WithMetadata(map[string]string{"job": "x"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -686,6 +713,15 @@ func TestCallOptionsStayWithTheirLease(t *testing.T) {
 	defer again.Release(ctx)
 	if got := again.TTL(); got != time.Minute {
 		t.Errorf("a later lease: TTL %v, want the Client's 1m (a call's option leaked into the Client)", got)
+	}
+	for key, want := range map[string]string{"own": "x", "again": ""} {
+		h, err := c.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Meta["team"] != "a" || h.Meta["job"] != want {
+			t.Errorf("%s: metadata %v; want team=a and job=%q (a call's metadata must not leak into the Client's)", key, h.Meta, want)
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/fencing/fence/internal/kit/tokenrule"
 )
 
 // Guard is the resource side of fencing: it admits a write carrying a
@@ -49,24 +51,6 @@ func (e *StaleError) Error() string {
 // Is reports whether target is ErrStale.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
 
-// CheckToken returns an error matching ErrInvalidToken unless token can be
-// a lease's token (> 0). Guards call it before touching their store.
-func CheckToken(resource string, token int64) error {
-	if token <= 0 {
-		return fmt.Errorf("%w: %d for %q: tokens are > 0", ErrInvalidToken, token, resource)
-	}
-	return nil
-}
-
-// Admissible reports whether a guard admits token when highest is the
-// highest token it has admitted so far (0 for none).
-func Admissible(token, highest int64, strict bool) bool {
-	if strict {
-		return token > highest
-	}
-	return token >= highest
-}
-
 // MemoryGuard is a Guard that keeps the highest token per resource in
 // memory: for resources that live in this process. The zero value is ready
 // to use, with the default (>=) rule.
@@ -97,13 +81,13 @@ func (g *MemoryGuard) Highest(resource string) int64 {
 // guard for that resource while write runs, so that no lower token is
 // admitted in between; a failed write still records the token.
 func (g *MemoryGuard) Do(ctx context.Context, resource string, token int64, write func() error) error {
-	if err := CheckToken(resource, token); err != nil {
+	if err := tokenrule.Check(resource, token); err != nil {
 		return err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	h := g.highest[resource]
-	if !Admissible(token, h, g.Strict) {
+	if !tokenrule.Admissible(token, h, g.Strict) {
 		err := &StaleError{Resource: resource, Token: token, Highest: h, Strict: g.Strict}
 		ObserveGuard(ctx, g.Metrics, resource, token, err)
 		return err

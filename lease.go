@@ -24,7 +24,7 @@ import (
 // A Lease is safe for concurrent use.
 type Lease struct {
 	c        *Client
-	cfg      *config // the Client's, or the call's if its options changed it
+	cfg      *config // the Client's, or the call's if its options changed it; never changed
 	key      string
 	owner    string
 	token    int64
@@ -45,14 +45,12 @@ type Lease struct {
 	// Renewals run from the Client's schedule (renewTick), which costs
 	// no goroutine while the lease waits; renewRunning and renewIdle,
 	// guarded by mu, let Release wait for a renewal in progress. A
-	// session-bound lease whose claim is not a LossNotifier also has a
-	// goroutine watching its session (watchSession); watchDone is closed
-	// when it ends, nil for other leases.
+	// session-bound lease learns of its session's loss from its driver
+	// (SessionClaim.NotifyLost), which costs no goroutine here either.
 	expiryEv     event // expiry points here once scheduled
 	renewEv      event
 	renewRunning bool
 	renewIdle    chan struct{} // closed when the running renewal ends; nil if none waits
-	watchDone    chan struct{}
 
 	released releasedError // the cause of a released lease, kept here to spare an allocation
 	// lostAtRelease is the loss that Release found (the store no longer
@@ -60,15 +58,10 @@ type Lease struct {
 	lostAtRelease *LostError
 }
 
-func newLease(c *Client, cfg config, req Request, claim Claim, validUntil, now time.Time, ctx context.Context) *Lease {
-	lcfg := &c.cfg
-	if !cfg.client {
-		lcfg = new(config)
-		*lcfg = cfg
-	}
+func newLease(c *Client, cfg *config, req Request, claim Claim, validUntil, now time.Time, ctx context.Context) *Lease {
 	l := &Lease{
 		c:          c,
-		cfg:        lcfg,
+		cfg:        cfg,
 		key:        req.Key,
 		owner:      req.Owner,
 		token:      claim.Token(),
@@ -81,8 +74,8 @@ func newLease(c *Client, cfg config, req Request, claim Claim, validUntil, now t
 }
 
 // start schedules the end of the lease's validity and, unless
-// WithoutRenewal, its first renewal; a session-bound lease also gets the
-// goroutine that watches its session. now is the time of the grant.
+// WithoutRenewal, its first renewal; a session-bound lease also registers
+// for its session's loss. now is the time of the grant.
 func (l *Lease) start(now time.Time) {
 	l.mu.Lock()
 	l.expiryEv = event{lease: l, index: -1}
@@ -92,16 +85,10 @@ func (l *Lease) start(now time.Time) {
 	if !l.cfg.noRenew {
 		l.c.sched.put(&l.renewEv, now.Add(l.cfg.renewInterval()))
 	}
-	sc, session := l.claim.(SessionClaim)
-	ln, notifies := l.claim.(LossNotifier)
-	if session && !notifies {
-		l.watchDone = make(chan struct{})
-		go l.watchSession(sc.Lost())
-	}
 	l.mu.Unlock()
-	if notifies {
+	if sc, ok := l.claim.(SessionClaim); ok {
 		// Outside l.mu: the driver may call the function at once.
-		ln.NotifyLost(func(err error) { l.lose(LossSession, err) })
+		sc.NotifyLost(func(err error) { l.lose(LossSession, err) })
 	}
 }
 
@@ -137,12 +124,8 @@ func (l *Lease) unscheduleLocked() {
 	l.c.sched.remove(&l.renewEv)
 }
 
-// waitRenewals returns once nothing of the ended lease runs any more: no
-// renewal, no session watch.
+// waitRenewals returns once no renewal of the ended lease runs any more.
 func (l *Lease) waitRenewals() {
-	if l.watchDone != nil {
-		<-l.watchDone
-	}
 	l.mu.Lock()
 	if !l.renewRunning {
 		l.mu.Unlock()
@@ -358,17 +341,6 @@ func (l *Lease) extend(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	return l.claim.Extend(ctx, l.cfg.ttl)
-}
-
-// watchSession waits for the loss of a session-bound lease's session, or
-// the end of the lease.
-func (l *Lease) watchSession(lost <-chan error) {
-	defer close(l.watchDone)
-	select {
-	case <-l.ctx.Done():
-	case err := <-lost:
-		l.lose(LossSession, err)
-	}
 }
 
 // renewOnce extends the lease once and returns when to try next; false

@@ -178,16 +178,16 @@ type Released struct {
 // WithObserver makes the Client report its events to o (see Observer).
 // Several observers can be combined with Observers. A nil o, the
 // default, observes nothing. Only New reads it.
-func WithObserver(o Observer) Option {
-	return func(c *config) { c.observer = o }
+func WithObserver(o Observer) ClientOption {
+	return clientSetting{"WithObserver", func(c *config) { c.observer = o }}
 }
 
 // WithStoreName sets the store name that observers' events (the
 // fence.store attribute of fenceotel's metrics and spans) and fence's logs
 // carry. The default is derived from the driver's package: "redis" for
 // fenceredis, "postgres" for fencepg. Only New reads it.
-func WithStoreName(name string) Option {
-	return func(c *config) { c.storeName = name }
+func WithStoreName(name string) ClientOption {
+	return clientSetting{"WithStoreName", func(c *config) { c.storeName = name }}
 }
 
 // Observers returns an Observer that passes every event to each of os in

@@ -334,11 +334,11 @@ func TestWithStoreName(t *testing.T) {
 	ctx := ctxT(t)
 	var rec obstest.Recorder
 	for _, tc := range []struct {
-		opts []fence.Option
+		opts []fence.ClientOption
 		want string
 	}{
 		{nil, "mem"},
-		{[]fence.Option{fence.WithStoreName("primary")}, "primary"},
+		{[]fence.ClientOption{fence.WithStoreName("primary")}, "primary"},
 	} {
 		rec.Reset()
 		c := fence.New(fencemem.New(), append(tc.opts, fence.WithObserver(&rec))...)
@@ -387,7 +387,7 @@ func (nopObserver) Released(context.Context, fence.Released)         {}
 // skips even that.
 func TestObserverAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
-	allocs := func(opts ...fence.Option) float64 {
+	allocs := func(opts ...fence.ClientOption) float64 {
 		c := fence.New(fencemem.New(), append(opts, fence.WithTTL(time.Minute))...)
 		defer c.Close(ctx)
 		return testing.AllocsPerRun(200, func() {

@@ -32,7 +32,7 @@ type Partitions struct {
 	c     *Client
 	group string
 	names []string
-	opts  []Option
+	opts  []AcquireOption
 
 	mu    sync.Mutex
 	owned map[string]*ownedPartition
@@ -46,8 +46,9 @@ type ownedPartition struct {
 
 // Partitions returns the partitioning of names among the workers of group.
 // The options apply to every lease; WithOwner names the worker (a random
-// name otherwise).
-func (c *Client) Partitions(group string, names []string, opts ...Option) *Partitions {
+// name otherwise). Partitions never wait for a key: Run refuses WithWait
+// (ErrInvalidOption).
+func (c *Client) Partitions(group string, names []string, opts ...AcquireOption) *Partitions {
 	return &Partitions{c: c, group: group, names: slices.Clone(names), opts: opts}
 }
 
@@ -95,9 +96,9 @@ func (p *Partitions) Run(ctx context.Context, work func(ctx context.Context, par
 	if !ok {
 		return fmt.Errorf("%w: partitions of %q need a store that can inspect keys", ErrUnsupported, p.group)
 	}
-	cfg := p.c.cfg.with(p.opts)
+	cfg := refuse(with(p.c.cfg, p.opts), p.opts, "WithWait", "Partitions", "never waits")
 	if cfg.ownerPrefix == "" {
-		cfg = cfg.apply([]Option{WithOwner("w" + newOwnerID("")[:12])})
+		cfg = with(cfg, []Option{WithOwner("w" + newOwnerID("")[:12])})
 	}
 	if err := cfg.validate(p.memberKey(0)); err != nil {
 		return err
@@ -150,7 +151,7 @@ func (p *Partitions) partitionKey(name string) string {
 
 // join takes the first free member slot; nil if all are taken (more
 // workers than partitions: this one has nothing to do for now).
-func (p *Partitions) join(ctx context.Context, cfg config) (*Lease, error) {
+func (p *Partitions) join(ctx context.Context, cfg *config) (*Lease, error) {
 	for slot := range p.names {
 		l, err := p.c.acquire(ctx, target{key: p.memberKey(slot)}, cfg, false)
 		if err == nil {
@@ -174,7 +175,7 @@ func memberOf(owner string) string {
 
 // rebalance is one round: count members, work out this worker's share,
 // give up or take partitions to meet it.
-func (p *Partitions) rebalance(ctx context.Context, cfg config, in Inspector, member *Lease, work func(context.Context, string, *Lease) error) error {
+func (p *Partitions) rebalance(ctx context.Context, cfg *config, in Inspector, member *Lease, work func(context.Context, string, *Lease) error) error {
 	var members []string
 	for slot := range p.names {
 		h, err := in.Inspect(ctx, p.memberKey(slot))

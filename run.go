@@ -26,12 +26,23 @@ import (
 // With SkipIfHeld, Run does not wait for a held key: it returns an error
 // matching ErrSkipped (and ErrHeld, with the holder) without calling fn.
 // With HoldAtLeast, it keeps the lease after fn returns until that long
-// after the acquisition.
-func (c *Client) Run(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
-	return c.run(ctx, target{key: key}, c.cfg.with(opts), fn)
+// after the acquisition. SkipIfHeld and WithWait together are refused
+// (ErrInvalidOption): a Run that skips never waits.
+func (c *Client) Run(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...RunOption) error {
+	return c.run(ctx, target{key: key}, runConfig(c.cfg, opts, "Run"), fn)
 }
 
-func (c *Client) run(ctx context.Context, tgt target, cfg config, fn func(ctx context.Context, l *Lease) error) error {
+// runConfig is the config of a Run, named call: cfg with opts applied,
+// refusing WithWait beside SkipIfHeld.
+func runConfig(cfg *config, opts []RunOption, call string) *config {
+	cfg = with(cfg, opts)
+	if given(opts, "SkipIfHeld") {
+		cfg = refuse(cfg, opts, "WithWait", call+" with SkipIfHeld", "never waits")
+	}
+	return cfg
+}
+
+func (c *Client) run(ctx context.Context, tgt target, cfg *config, fn func(ctx context.Context, l *Lease) error) error {
 	l, err := c.acquire(ctx, tgt, cfg, !cfg.skipIfHeld)
 	if err != nil {
 		if cfg.skipIfHeld && errors.Is(err, ErrHeld) {
@@ -43,7 +54,7 @@ func (c *Client) run(ctx context.Context, tgt target, cfg config, fn func(ctx co
 }
 
 // runHeld runs fn under the held lease l and releases it.
-func runHeld(ctx context.Context, l *Lease, cfg config, fn func(ctx context.Context, l *Lease) error) error {
+func runHeld(ctx context.Context, l *Lease, cfg *config, fn func(ctx context.Context, l *Lease) error) error {
 	runCtx, cancel := context.WithCancelCause(l.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	err := fn(runCtx, l)

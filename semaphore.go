@@ -15,29 +15,29 @@ type Semaphore struct {
 	c     *Client
 	key   string
 	limit int
-	opts  []Option
+	opts  []AcquireOption
 }
 
 // Semaphore returns the semaphore on key admitting limit holders. The
 // options apply to every acquisition through it.
-func (c *Client) Semaphore(key string, limit int, opts ...Option) *Semaphore {
+func (c *Client) Semaphore(key string, limit int, opts ...AcquireOption) *Semaphore {
 	return &Semaphore{c: c, key: key, limit: limit, opts: opts}
 }
 
 // Acquire takes a slot, waiting while all are held, like Client.Acquire.
-func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lease, error) {
-	return s.c.acquire(ctx, s.target(), s.c.cfg.with(s.opts).with(opts), true)
+func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	return s.c.acquire(ctx, s.target(), with(with(s.c.cfg, s.opts), opts), true)
 }
 
 // TryAcquire takes a slot if one is free, and fails at once with a
 // *HeldError otherwise, like Client.TryAcquire.
-func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lease, error) {
-	return s.c.acquire(ctx, s.target(), s.c.cfg.with(s.opts).with(opts), false)
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	return s.c.acquire(ctx, s.target(), tryConfig(with(s.c.cfg, s.opts), opts, "Semaphore.TryAcquire"), false)
 }
 
 // Run takes a slot, runs fn under it and releases it, like Client.Run.
-func (s *Semaphore) Run(ctx context.Context, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
-	return s.c.run(ctx, s.target(), s.c.cfg.with(s.opts).with(opts), fn)
+func (s *Semaphore) Run(ctx context.Context, fn func(ctx context.Context, l *Lease) error, opts ...RunOption) error {
+	return s.c.run(ctx, s.target(), runConfig(with(s.c.cfg, s.opts), opts, "Semaphore.Run"), fn)
 }
 
 func (s *Semaphore) target() target { return target{key: s.key, kind: KindSemaphore, limit: s.limit} }
@@ -52,32 +52,32 @@ func (s *Semaphore) target() target { return target{key: s.key, kind: KindSemaph
 type RWMutex struct {
 	c    *Client
 	key  string
-	opts []Option
+	opts []AcquireOption
 }
 
 // RWMutex returns the reader-writer lock on key. The options apply to every
 // acquisition through it.
-func (c *Client) RWMutex(key string, opts ...Option) *RWMutex {
+func (c *Client) RWMutex(key string, opts ...AcquireOption) *RWMutex {
 	return &RWMutex{c: c, key: key, opts: opts}
 }
 
 // AcquireRead takes a read lease, waiting while a writer holds or waits.
-func (m *RWMutex) AcquireRead(ctx context.Context, opts ...Option) (*Lease, error) {
-	return m.c.acquire(ctx, target{key: m.key, kind: KindRead}, m.c.cfg.with(m.opts).with(opts), true)
+func (m *RWMutex) AcquireRead(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	return m.c.acquire(ctx, target{key: m.key, kind: KindRead}, with(with(m.c.cfg, m.opts), opts), true)
 }
 
 // TryAcquireRead takes a read lease if no writer holds or waits.
-func (m *RWMutex) TryAcquireRead(ctx context.Context, opts ...Option) (*Lease, error) {
-	return m.c.acquire(ctx, target{key: m.key, kind: KindRead}, m.c.cfg.with(m.opts).with(opts), false)
+func (m *RWMutex) TryAcquireRead(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	return m.c.acquire(ctx, target{key: m.key, kind: KindRead}, tryConfig(with(m.c.cfg, m.opts), opts, "RWMutex.TryAcquireRead"), false)
 }
 
 // AcquireWrite takes the write lease, waiting while readers or a writer
 // hold it.
-func (m *RWMutex) AcquireWrite(ctx context.Context, opts ...Option) (*Lease, error) {
-	return m.c.acquire(ctx, target{key: m.key, kind: KindWrite}, m.c.cfg.with(m.opts).with(opts), true)
+func (m *RWMutex) AcquireWrite(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	return m.c.acquire(ctx, target{key: m.key, kind: KindWrite}, with(with(m.c.cfg, m.opts), opts), true)
 }
 
 // TryAcquireWrite takes the write lease if nobody holds the key.
-func (m *RWMutex) TryAcquireWrite(ctx context.Context, opts ...Option) (*Lease, error) {
-	return m.c.acquire(ctx, target{key: m.key, kind: KindWrite}, m.c.cfg.with(m.opts).with(opts), false)
+func (m *RWMutex) TryAcquireWrite(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	return m.c.acquire(ctx, target{key: m.key, kind: KindWrite}, tryConfig(with(m.c.cfg, m.opts), opts, "RWMutex.TryAcquireWrite"), false)
 }

@@ -17,10 +17,10 @@ import (
 
 const ttl = 15 * time.Second
 
-func client(t *testing.T, connect string, opts ...fence.Option) (*fenceazblob.Store, *fence.Client) {
+func client(t *testing.T, connect string, opts ...fence.ClientOption) (*fenceazblob.Store, *fence.Client) {
 	t.Helper()
 	s := mustOpen(t, connect)
-	c := fence.New(s, append([]fence.Option{fence.WithTTL(ttl)}, opts...)...)
+	c := fence.New(s, append([]fence.ClientOption{fence.WithTTL(ttl)}, opts...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -37,7 +37,7 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func mustTry(t *testing.T, ctx context.Context, c *fence.Client, key string, opts ...fence.Option) *fence.Lease {
+func mustTry(t *testing.T, ctx context.Context, c *fence.Client, key string, opts ...fence.AcquireOption) *fence.Lease {
 	t.Helper()
 	l, err := c.TryAcquire(ctx, key, opts...)
 	if err != nil {

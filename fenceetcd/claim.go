@@ -24,7 +24,7 @@ type claim struct {
 	slot   int
 	rev    int64 // its create revision: the token
 
-	*lossnote.Note             // Lost and NotifyLost
+	*lossnote.Note             // NotifyLost
 	stopSession    func() bool // stops reporting the session's end
 
 	pendingWatch *delayq.Item       // starts the watch on the entry

@@ -35,9 +35,9 @@ func newDriver(t *testing.T, endpoints []string, opts ...fenceetcd.Option) *fenc
 	return d
 }
 
-func newFence(t *testing.T, d fence.Driver, opts ...fence.Option) *fence.Client {
+func newFence(t *testing.T, d fence.Driver, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
-	c := fence.New(d, append([]fence.Option{fence.WithTTL(ttl)}, opts...)...)
+	c := fence.New(d, append([]fence.ClientOption{fence.WithTTL(ttl)}, opts...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

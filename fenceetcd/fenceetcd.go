@@ -35,7 +35,7 @@
 //     another owner's entry.
 //   - A lease is lost when its session lease expires or is revoked, or when
 //     its entry disappears (an operator deleted it): the claim reports it
-//     (fence.LossNotifier) at once when the session's keepalive finds it
+//     (fence.SessionClaim) at once when the session's keepalive finds it
 //     over, and from a watch on the entry, which starts 100 ms after the
 //     grant (so that the many leases released sooner cost no watch; it
 //     replays a deletion meanwhile); Extend refuses too.
@@ -117,7 +117,6 @@ var (
 	_ fence.Inspector        = (*Driver)(nil)
 	_ fence.Lister           = (*Driver)(nil)
 	_ fence.SessionClaim     = (*claim)(nil)
-	_ fence.LossNotifier     = (*claim)(nil)
 )
 
 // Option configures a Driver.

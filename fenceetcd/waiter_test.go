@@ -30,7 +30,7 @@ const (
 )
 
 // acquireKind acquires key as kind "lock" or "semaphore" (limit 1).
-func acquireKind(ctx context.Context, c *fence.Client, kind, key string, opts ...fence.Option) (*fence.Lease, error) {
+func acquireKind(ctx context.Context, c *fence.Client, kind, key string, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	if kind == "semaphore" {
 		return c.Semaphore(key, 1, opts...).Acquire(ctx)
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/cancelwait"
 	"github.com/fencing/fence/internal/kit/keyenc"
+	"github.com/fencing/fence/internal/kit/lossnote"
 )
 
 // DefaultTable is the default name of the counter table.
@@ -456,7 +457,7 @@ func (d *Driver) grant(ctx context.Context, a *attempt, req fence.Request, name 
 		return nil, fmt.Errorf("fencemysql: acquire %q: token: %v (token %d)", req.Key, err, token)
 	}
 	c := &claim{d: d, conn: a.conn, connID: a.connID, key: req.Key, name: name, live: a.liveName, owner: req.Owner, token: token,
-		lost: make(chan error, 1)}
+		Note: lossnote.New()}
 	d.mu.Lock()
 	d.active[c] = struct{}{}
 	d.mu.Unlock()
@@ -469,15 +470,15 @@ func (d *Driver) grant(ctx context.Context, a *attempt, req fence.Request, name 
 
 // claim is one lease: conn holds the lock and the liveness lock.
 type claim struct {
-	d      *Driver
-	conn   *sql.Conn
-	connID int64
-	key    string
-	name   string
-	live   string
-	owner  string
-	token  int64
-	lost   chan error
+	d              *Driver
+	conn           *sql.Conn
+	connID         int64
+	key            string
+	name           string
+	live           string
+	owner          string
+	token          int64
+	*lossnote.Note // NotifyLost
 
 	mu       sync.Mutex
 	released bool
@@ -486,8 +487,7 @@ type claim struct {
 	pending  chan checkResult // a renewal check still running, if any
 }
 
-func (c *claim) Token() int64       { return c.token }
-func (c *claim) Lost() <-chan error { return c.lost }
+func (c *claim) Token() int64 { return c.token }
 
 // startMonitor waits, on a second connection, for the liveness lock that
 // the lease's connection holds. The server grants it the moment that
@@ -521,10 +521,7 @@ func (c *claim) startMonitor(ctx context.Context) error {
 		}
 		_ = mon.Close()
 		if !released {
-			select {
-			case c.lost <- fmt.Errorf("fencemysql: the connection holding %q ended", c.key):
-			default:
-			}
+			c.Report(fmt.Errorf("fencemysql: the connection holding %q ended", c.key))
 			// The lease's connection is dead: free its slot in the pool.
 			discard(c.conn)
 			c.d.forget(c)

@@ -138,7 +138,7 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func client(t *testing.T, dsn string, opts ...fence.Option) *fence.Client {
+func client(t *testing.T, dsn string, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
 	d, closeDrv, err := open(dsn)
 	if err != nil {

@@ -47,9 +47,9 @@ func newTelemetry(t *testing.T) *telemetry {
 
 // options returns the options of a Client observed by a fenceotel
 // Observer on tel's providers, with opts.
-func (tel *telemetry) options(opts ...fenceotel.Option) []fence.Option {
+func (tel *telemetry) options(opts ...fenceotel.Option) []fence.ClientOption {
 	o := fenceotel.New(append([]fenceotel.Option{fenceotel.WithMeterProvider(tel.mp), fenceotel.WithTracerProvider(tel.tp)}, opts...)...)
-	return []fence.Option{fence.WithObserver(o)}
+	return []fence.ClientOption{fence.WithObserver(o)}
 }
 
 // sum returns the value of a counter (or the count of a histogram) over the

@@ -20,7 +20,7 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func sessionClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.Option) *fence.Client {
+func sessionClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
 	d, err := fencepg.NewSessionDriver(pool)
 	if err != nil {
@@ -34,7 +34,7 @@ func sessionClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.Option) *fenc
 	return c
 }
 
-func leaseClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.Option) (*fence.Client, *fencepg.LeaseDriver) {
+func leaseClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.ClientOption) (*fence.Client, *fencepg.LeaseDriver) {
 	t.Helper()
 	d, err := fencepg.NewLeaseDriver(pool)
 	if err != nil {

@@ -426,3 +426,32 @@ func TestSessionKeepsConnectionsForItsLoad(t *testing.T) {
 		t.Errorf("%d leases at once after two idle windows with one lease opened %d connections; want %d (4 kept)", load, n, load-4)
 	}
 }
+
+// An option given to a constructor that does not use it is refused,
+// naming the option and the constructor, before anything is touched.
+func TestOptionsRefusedWhereUnused(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://fence@127.0.0.1:1/none") // never connected
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for call, try := range map[string]func() error{
+		"Strict given to NewLeaseDriver": func() error { _, err := fencepg.NewLeaseDriver(pool, fencepg.Strict()); return err },
+		"WithGuardMetrics given to NewSessionDriver": func() error {
+			_, err := fencepg.NewSessionDriver(pool, fencepg.WithGuardMetrics(nil))
+			return err
+		},
+		"WithAutoSetup given to NewGuard": func() error { _, err := fencepg.NewGuard(fencepg.WithAutoSetup()); return err },
+		"Strict given to NewTxLocker":     func() error { _, err := fencepg.NewTxLocker(fencepg.Strict()); return err },
+		"WithAutoSetup given to Setup":    func() error { return fencepg.Setup(ctx, pool, fencepg.WithAutoSetup()) },
+	} {
+		if err := try(); !errors.Is(err, fence.ErrInvalidOption) || !strings.Contains(err.Error(), call) {
+			t.Errorf("%s: %v; want ErrInvalidOption naming both", call, err)
+		}
+	}
+	g, err := fencepg.NewGuard(fencepg.Strict(), fencepg.WithGuardMetrics(nil), fencepg.WithTables(fencepg.Tables{Guard: "g"}))
+	if err != nil || g == nil {
+		t.Errorf("NewGuard with its own options: %v", err)
+	}
+}

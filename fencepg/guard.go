@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/tokenrule"
 )
 
 // Querier runs a statement returning one row: pgx.Tx, *pgx.Conn,
@@ -34,7 +35,7 @@ type Guard struct {
 
 // NewGuard returns a guard over the guard table (see Tables and Setup).
 func NewGuard(opts ...Option) (*Guard, error) {
-	o, ts, err := collect(opts)
+	o, ts, err := collect(opts, "NewGuard", "Strict", "WithGuardMetrics")
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +60,7 @@ func NewGuard(opts ...Option) (*Guard, error) {
 // is refused with fence.ErrInvalidToken. Do the guarded write in the same
 // transaction, after Admit, and commit.
 func (g *Guard) Admit(ctx context.Context, q Querier, resource string, token int64) error {
-	if err := fence.CheckToken(resource, token); err != nil {
+	if err := tokenrule.Check(resource, token); err != nil {
 		return err
 	}
 	err := g.admit(ctx, q, resource, token)

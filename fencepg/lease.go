@@ -58,7 +58,7 @@ func NewLeaseDriver(pool *pgxpool.Pool, opts ...Option) (*LeaseDriver, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: fencepg: nil pool", fence.ErrInvalidOption)
 	}
-	o, ts, err := collect(opts)
+	o, ts, err := collect(opts, "NewLeaseDriver", "WithAutoSetup")
 	if err != nil {
 		return nil, err
 	}

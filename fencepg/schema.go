@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -114,7 +115,10 @@ func (t Tables) parse() (tables, error) {
 	return ts, nil
 }
 
-// Option configures a driver, a Guard or Setup.
+// Option configures a driver, a Guard, a TxLocker or Setup. WithTables
+// is for all of them; the others only for the constructors that read
+// them, and the rest refuse them with an error matching
+// fence.ErrInvalidOption, never ignore them.
 type Option func(*options)
 
 type options struct {
@@ -122,32 +126,46 @@ type options struct {
 	autoSetup    bool
 	strict       bool
 	guardMetrics fence.GuardObserver
+	given        []string // the options given, but WithTables
 }
 
 // WithTables sets the table names; zero fields keep their defaults.
 func WithTables(t Tables) Option { return func(o *options) { o.tables = t } }
 
-// WithAutoSetup makes a driver create its tables (idempotently, as Setup
-// does) before its first operation, so that a separate migration step is
-// not needed. It needs the rights to create tables.
-func WithAutoSetup() Option { return func(o *options) { o.autoSetup = true } }
+// WithAutoSetup makes a driver (NewLeaseDriver, NewSessionDriver) create
+// its tables (idempotently, as Setup does) before its first operation, so
+// that a separate migration step is not needed. It needs the rights to
+// create tables.
+func WithAutoSetup() Option {
+	return func(o *options) { o.autoSetup = true; o.given = append(o.given, "WithAutoSetup") }
+}
 
-// Strict makes a Guard admit only tokens above the highest admitted
-// (token > highest) instead of the default token >= highest.
-func Strict() Option { return func(o *options) { o.strict = true } }
+// Strict makes a Guard (NewGuard) admit only tokens above the highest
+// admitted (token > highest) instead of the default token >= highest.
+func Strict() Option {
+	return func(o *options) { o.strict = true; o.given = append(o.given, "Strict") }
+}
 
-// WithGuardMetrics makes a Guard tell m its admissions and stale refusals
-// (fenceotel.NewGuardMetrics counts them, and adds an event to the
-// caller's span on each refusal). An admission is reported when Admit
-// admits, whether or not the caller's transaction then commits. Drivers
-// ignore it.
-func WithGuardMetrics(m fence.GuardObserver) Option { return func(o *options) { o.guardMetrics = m } }
+// WithGuardMetrics makes a Guard (NewGuard) tell m its admissions and
+// stale refusals (fenceotel.NewGuardMetrics counts them, and adds an event
+// to the caller's span on each refusal). An admission is reported when
+// Admit admits, whether or not the caller's transaction then commits.
+func WithGuardMetrics(m fence.GuardObserver) Option {
+	return func(o *options) { o.guardMetrics = m; o.given = append(o.given, "WithGuardMetrics") }
+}
 
-func collect(opts []Option) (options, tables, error) {
+// collect applies opts, given to call, which reads WithTables and the
+// options named in reads, and refuses any other.
+func collect(opts []Option, call string, reads ...string) (options, tables, error) {
 	var o options
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
+		}
+	}
+	for _, name := range o.given {
+		if !slices.Contains(reads, name) {
+			return o, tables{}, fmt.Errorf("%w: fencepg: %s given to %s, which does not use it", fence.ErrInvalidOption, name, call)
 		}
 	}
 	ts, err := o.tables.parse()
@@ -160,7 +178,7 @@ func collect(opts []Option) (options, tables, error) {
 // processes (it holds an advisory transaction lock while it runs); run it
 // from a migration step or at start-up. The options name the tables.
 func Setup(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
-	_, ts, err := collect(opts)
+	_, ts, err := collect(opts, "Setup")
 	if err != nil {
 		return err
 	}

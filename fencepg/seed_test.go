@@ -33,7 +33,7 @@ func TestTokensSurviveLostCounters(t *testing.T) {
 		})
 		return token, err
 	}
-	viaLease := func(acquire func(context.Context, ...fence.Option) (*fence.Lease, error)) func(context.Context) (int64, error) {
+	viaLease := func(acquire func(context.Context, ...fence.AcquireOption) (*fence.Lease, error)) func(context.Context) (int64, error) {
 		return func(ctx context.Context) (int64, error) {
 			l, err := acquire(ctx)
 			if err != nil {
@@ -46,11 +46,11 @@ func TestTokensSurviveLostCounters(t *testing.T) {
 		name    string
 		acquire func(context.Context) (int64, error)
 	}{
-		{"lease lock", viaLease(func(ctx context.Context, o ...fence.Option) (*fence.Lease, error) {
+		{"lease lock", viaLease(func(ctx context.Context, o ...fence.AcquireOption) (*fence.Lease, error) {
 			return lease.TryAcquire(ctx, "lock", o...)
 		})},
 		{"lease semaphore", viaLease(lease.Semaphore("sem", 2).TryAcquire)},
-		{"session lock", viaLease(func(ctx context.Context, o ...fence.Option) (*fence.Lease, error) {
+		{"session lock", viaLease(func(ctx context.Context, o ...fence.AcquireOption) (*fence.Lease, error) {
 			return session.TryAcquire(ctx, "lock", o...)
 		})},
 		{"session writer", viaLease(session.RWMutex("rw").TryAcquireWrite)},

@@ -83,7 +83,6 @@ var (
 	_ fence.Inspector        = (*SessionDriver)(nil)
 	_ fence.Lister           = (*SessionDriver)(nil)
 	_ fence.SessionClaim     = (*sessionClaim)(nil)
-	_ fence.LossNotifier     = (*sessionClaim)(nil)
 )
 
 // NewSessionDriver returns a session mode driver. It opens its dedicated
@@ -94,7 +93,7 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 	if pool == nil {
 		return nil, fmt.Errorf("%w: fencepg: nil pool", fence.ErrInvalidOption)
 	}
-	o, ts, err := collect(opts)
+	o, ts, err := collect(opts, "NewSessionDriver", "WithAutoSetup")
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +459,7 @@ type sessionClaim struct {
 	owner          string
 	id             int64
 	token          int64
-	*lossnote.Note // Lost and NotifyLost
+	*lossnote.Note // NotifyLost
 	// unlock is the statement that releases the lock:
 	// pg_advisory_unlock, or pg_advisory_unlock_shared for a reader.
 	unlock string
@@ -483,7 +482,8 @@ const watchDelay = 100 * time.Millisecond
 
 // startWatch starts reading the idle connection, so that its end (the
 // server terminating the backend, a broken network) is seen at once and
-// reported on Lost. Nothing else is sent on the connection while it runs.
+// reported to the Client (NotifyLost). Nothing else is sent on the
+// connection while it runs.
 func (c *sessionClaim) startWatch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

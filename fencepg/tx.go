@@ -41,7 +41,7 @@ type TxLocker struct {
 
 // NewTxLocker returns a TxLocker. Its options name the tables.
 func NewTxLocker(opts ...Option) (*TxLocker, error) {
-	_, ts, err := collect(opts)
+	_, ts, err := collect(opts, "NewTxLocker")
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/tokenrule"
 )
 
 // Guard is the resource side of fencing for data kept in Redis: a write
@@ -132,7 +133,7 @@ func (g *Guard) Highest(ctx context.Context, resource string) (int64, error) {
 }
 
 func (g *Guard) run(ctx context.Context, key string, token int64, write bool, op string, args ...any) error {
-	if err := fence.CheckToken(key, token); err != nil {
+	if err := tokenrule.Check(key, token); err != nil {
 		return err
 	}
 	err := g.runOnce(ctx, key, token, write, op, args...)

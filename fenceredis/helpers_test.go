@@ -179,7 +179,7 @@ func mustOpen(t testing.TB, connect string, opts ...Option) fence.Driver {
 	return drv
 }
 
-func mustClient(t testing.TB, drv fence.Driver, opts ...fence.Option) *fence.Client {
+func mustClient(t testing.TB, drv fence.Driver, opts ...fence.ClientOption) *fence.Client {
 	c := fence.New(drv, opts...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/tokenrule"
 )
 
 // Dialect selects the SQL a Guard speaks.
@@ -173,7 +174,7 @@ func (g *Guard) Setup(ctx context.Context, q Querier) error {
 // read the highest token when refusing; in MySQL three (ensure the row,
 // lock and read it, record).
 func (g *Guard) Admit(ctx context.Context, q Querier, resource string, token int64) error {
-	if err := fence.CheckToken(resource, token); err != nil {
+	if err := tokenrule.Check(resource, token); err != nil {
 		return err
 	}
 	err := g.admitOnce(ctx, q, resource, token)
@@ -206,7 +207,7 @@ func (g *Guard) admitMySQL(ctx context.Context, q Querier, resource string, toke
 	if err := q.QueryRowContext(ctx, g.lock, resource).Scan(&highest); err != nil {
 		return fmt.Errorf("fencesql: guard %q: %w", resource, err)
 	}
-	if !fence.Admissible(token, highest, g.strict) {
+	if !tokenrule.Admissible(token, highest, g.strict) {
 		return &fence.StaleError{Resource: resource, Token: token, Highest: highest, Strict: g.strict}
 	}
 	if token == highest {
@@ -229,7 +230,7 @@ type dbGuard struct {
 }
 
 func (dg dbGuard) Admit(ctx context.Context, resource string, token int64) error {
-	if err := fence.CheckToken(resource, token); err != nil {
+	if err := tokenrule.Check(resource, token); err != nil {
 		return err
 	}
 	tx, err := dg.db.BeginTx(ctx, nil)

@@ -39,7 +39,7 @@ func newSessionDriver(store *fencemem.Store) *sessionDriver {
 
 var (
 	_ fence.BlockingAcquirer = (*sessionDriver)(nil)
-	_ fence.LossNotifier     = (*session)(nil)
+	_ fence.SessionClaim     = (*session)(nil)
 )
 
 // session is one claim and the session that holds it.
@@ -48,7 +48,6 @@ type session struct {
 	d           *sessionDriver
 	key         string
 	kind        fence.Kind
-	lost        chan error
 
 	mu     sync.Mutex
 	notify func(error)
@@ -63,7 +62,7 @@ func (d *sessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 	if err != nil {
 		return nil, err
 	}
-	s := &session{Claim: c, d: d, key: req.Key, kind: req.Kind, lost: make(chan error, 1)}
+	s := &session{Claim: c, d: d, key: req.Key, kind: req.Kind}
 	d.mu.Lock()
 	d.sessions[s] = struct{}{}
 	d.mu.Unlock()
@@ -148,9 +147,7 @@ func (s *session) end(cause error) {
 	s.mu.Unlock()
 	if f != nil {
 		f(cause)
-		return
 	}
-	s.lost <- cause
 }
 
 func (s *session) err() error {
@@ -158,8 +155,6 @@ func (s *session) err() error {
 	defer s.mu.Unlock()
 	return s.ended
 }
-
-func (s *session) Lost() <-chan error { return s.lost }
 
 func (s *session) NotifyLost(f func(error)) {
 	s.mu.Lock()

@@ -48,8 +48,8 @@ func (s *suite) request(key string, kind fence.Kind) fence.Request {
 func grantOnce(ctx context.Context, drv fence.Driver, req fence.Request) (fence.Claim, error) {
 	c, err := drv.TryAcquire(ctx, req)
 	if err == nil {
-		if ln, ok := c.(fence.LossNotifier); ok {
-			ln.NotifyLost(func(error) {})
+		if sc, ok := c.(fence.SessionClaim); ok {
+			sc.NotifyLost(func(error) {})
 		}
 	}
 	return c, err
@@ -80,7 +80,7 @@ func blocker(k fence.Kind) fence.Kind {
 
 // acquireKind takes key in kind through the Client: a lock, a semaphore of
 // one slot, or a side of a reader-writer lock. With wait it waits.
-func acquireKind(ctx context.Context, c *fence.Client, key string, k fence.Kind, wait bool, opts ...fence.Option) (*fence.Lease, error) {
+func acquireKind(ctx context.Context, c *fence.Client, key string, k fence.Kind, wait bool, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	switch k {
 	case fence.KindSemaphore:
 		if wait {

@@ -73,14 +73,14 @@
 //     holder's back (Store.Delete) is lost within a renew interval; the
 //     next holder gets a greater token; the old holder's Release does not
 //     touch the new holder.
-//   - SessionLoss (SessionClaim, LossNotifier, rules 4 and 6), where
+//   - SessionLoss (SessionClaim, rules 4 and 6), where
 //     Store.KillSession is given: the session of a lock's, a semaphore
 //     slot's and a reader's holder killed in the store ends the lease
 //     promptly with LossSession, frees the key for the waiting contender
 //     with a greater token, and the holder's client acquires again; a
 //     session killed before its loss could be received (a driver-level
-//     claim, its LossNotifier registered or Lost read only after the
-//     kill) is still reported.
+//     claim, its loss function registered only after the kill) is still
+//     reported.
 //   - StateLoss (rule 9), where Store.Wipe is given: once the store has
 //     lost everything of a key, counters included, the next tokens of
 //     every kind are still greater.
@@ -289,13 +289,13 @@ func (s *suite) prefix() string { return "fencetest/" + s.run + "/" }
 
 // client opens a new driver and returns a Client over it with the suite's
 // TTL. The driver is closed when the test ends.
-func (s *suite) client(t *testing.T, opts ...fence.Option) *fence.Client {
+func (s *suite) client(t *testing.T, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
 	drv, closeDrv, err := s.cfg.Open(s.store.Connect)
 	if err != nil {
 		t.Fatalf("Open(%q): %v", s.store.Connect, err)
 	}
-	c := fence.New(drv, append([]fence.Option{fence.WithTTL(s.cfg.TTL)}, opts...)...)
+	c := fence.New(drv, append([]fence.ClientOption{fence.WithTTL(s.cfg.TTL)}, opts...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.slack())
 		defer cancel()
@@ -321,7 +321,7 @@ func (s *suite) ctx(t *testing.T) context.Context {
 	return ctx
 }
 
-func mustAcquire(t *testing.T, ctx context.Context, c *fence.Client, key string, opts ...fence.Option) *fence.Lease {
+func mustAcquire(t *testing.T, ctx context.Context, c *fence.Client, key string, opts ...fence.AcquireOption) *fence.Lease {
 	t.Helper()
 	l, err := c.TryAcquire(ctx, key, opts...)
 	if err != nil {
@@ -382,8 +382,8 @@ func (s *suite) badInput(t *testing.T) {
 	if _, err := c.TryAcquire(ctx, good, fence.WithRenewInterval(s.cfg.TTL)); !errors.Is(err, fence.ErrInvalidTTL) {
 		t.Errorf("TryAcquire renewing every TTL: %v; want ErrInvalidTTL (no time to renew)", err)
 	}
-	if _, err := c.TryAcquire(ctx, good, fence.WithWait(-1)); !errors.Is(err, fence.ErrInvalidOption) {
-		t.Errorf("TryAcquire with negative wait: %v; want ErrInvalidOption", err)
+	if _, err := c.Acquire(ctx, good, fence.WithWait(-1)); !errors.Is(err, fence.ErrInvalidOption) {
+		t.Errorf("Acquire with negative wait: %v; want ErrInvalidOption", err)
 	}
 	// None of that may have touched the store.
 	l := mustAcquire(t, ctx, c, good)

@@ -108,15 +108,15 @@ var broken = map[string]brokenDriver{
 	// WaiterCounter: the contenders waiting now.
 	"waiters-miscounted": {build: waitersMiscounted, catch: []string{"Waiters"},
 		why: "with two contenders waiting = 1"},
-	// LossNotifier: f is called when the session is gone (rule 4).
+	// SessionClaim: f is called when the session is gone (rule 4).
 	"loss-notifier-never-fires": {session: true, build: notifierNeverFires, catch: []string{"SessionLoss/lock"},
 		why: `want a *LostError with reason "session"`},
-	// LossNotifier: f is called at once if the session is gone already.
+	// SessionClaim: f is called promptly, well under a TTL (rule 4).
+	"loss-reported-late": {session: true, build: lossReportedLate, catch: []string{"SessionLoss/lock"},
+		why: "loss must be prompt"},
+	// SessionClaim: f is called at once if the session is gone already.
 	"loss-notifier-misses-early-loss": {session: true, build: notifierMissesEarlyLoss, catch: []string{"SessionLoss/killed-before-registration"},
 		why: "was never reported"},
-	// SessionClaim: Lost receives the cause when the session is gone.
-	"killed-session-not-reported": {session: true, build: lostNeverSent, catch: []string{"SessionLoss/lock"},
-		why: `want a *LostError with reason "session"`},
 	// A semaphore holder whose session is revoked is lost...
 	"revoked-semaphore-holder-not-lost": {session: true, build: semaphoreLossUnreported, catch: []string{"SessionLoss/semaphore"},
 		why: `want a *LostError with reason "session"`},
@@ -146,7 +146,7 @@ var broken = map[string]brokenDriver{
 //   - BlockingAcquirer.Acquire returns ctx's error when ctx is done: the
 //     Client reports the context's cause whatever the driver returns, so
 //     no user sees a break of it.
-//   - Watcher: stops watching when ctx is done; LossNotifier: f called
+//   - Watcher: stops watching when ctx is done; SessionClaim: f called
 //     once and without locks f could need. A break leaks a goroutine or
 //     deadlocks in the driver's process (leakcheck and the test timeout of
 //     the driver's package), or leaves an entry that Leftovers sees where
@@ -628,6 +628,20 @@ type deafNotifier struct{ *session }
 
 func (deafNotifier) NotifyLost(func(error)) {}
 
+// lossReportedLate calls the loss function only seconds after the
+// session is gone: later than the suite's bound for a prompt report (3/4
+// of the ten suite TTLs the check's lease has).
+func lossReportedLate(b *base) fence.Driver {
+	b.sess.wrap = func(s *session) fence.Claim { return slowNotifier{s} }
+	return b.sess
+}
+
+type slowNotifier struct{ *session }
+
+func (c slowNotifier) NotifyLost(f func(error)) {
+	c.session.NotifyLost(func(err error) { time.AfterFunc(4*time.Second, func() { f(err) }) })
+}
+
 // notifierMissesEarlyLoss registers the loss function, but never hands
 // it a loss that came before.
 func notifierMissesEarlyLoss(b *base) fence.Driver {
@@ -642,23 +656,6 @@ func (c lateNotifier) NotifyLost(f func(error)) {
 	c.notify = f
 	c.mu.Unlock()
 }
-
-// lostNeverSent is a SessionClaim whose Lost channel never receives.
-func lostNeverSent(b *base) fence.Driver {
-	b.sess.wrap = func(s *session) fence.Claim { return silentSession{s.Claim, s} }
-	return b.sess
-}
-
-type silentSession struct {
-	fence.Claim
-	s *session
-}
-
-func (silentSession) Lost() <-chan error { return make(chan error) }
-func (c silentSession) Extend(ctx context.Context, ttl time.Duration) error {
-	return c.s.Extend(ctx, ttl)
-}
-func (c silentSession) Release(ctx context.Context) error { return c.s.Release(ctx) }
 
 // semaphoreLossUnreported hands out semaphore claims that report no loss.
 func semaphoreLossUnreported(b *base) fence.Driver {

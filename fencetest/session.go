@@ -109,9 +109,9 @@ func (s *suite) sessionLoss(t *testing.T) {
 }
 
 // lossBeforeRegistration kills a driver-level claim's session before
-// anyone listens for its loss: the driver must still report it, to a
-// LossNotifier's function registered afterwards ("at once if it is gone
-// already"), or on Lost. The Client registers right after the grant, so
+// anyone listens for its loss: the driver must still report it, to the
+// function registered afterwards (SessionClaim.NotifyLost: "at once if it
+// was gone already"). The Client registers right after the grant, so
 // only a kill in between takes this path; here it is taken on purpose.
 func (s *suite) lossBeforeRegistration(t *testing.T, drv fence.Driver) {
 	ctx := s.ctx(t)
@@ -129,24 +129,20 @@ func (s *suite) lossBeforeRegistration(t *testing.T, drv fence.Driver) {
 		t.Fatalf("Store.KillSession(%q): %v", key, err)
 	}
 	time.Sleep(s.cfg.TTL / 4) // time for the driver to learn of it first
-	reported := sc.Lost()
-	if ln, ok := c.(fence.LossNotifier); ok {
-		ch := make(chan error, 1)
-		ln.NotifyLost(func(cause error) {
-			select {
-			case ch <- cause:
-			default:
-			}
-		})
-		reported = ch
-	}
+	reported := make(chan error, 1)
+	sc.NotifyLost(func(cause error) {
+		select {
+		case reported <- cause:
+		default:
+		}
+	})
 	select {
 	case cause := <-reported:
 		if cause == nil {
 			t.Errorf("the loss of a killed session was reported with a nil cause")
 		}
 	case <-time.After(s.slack()):
-		t.Errorf("a session killed before its loss function was registered (or Lost read) was never reported: a driver must report a loss that came first, at once")
+		t.Errorf("a session killed before its loss function was registered was never reported: a driver must report a loss that came first, at once")
 	}
 }
 

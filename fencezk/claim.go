@@ -9,31 +9,29 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/lossnote"
 )
 
 // claim is one granted lease: the holder's ephemeral znode.
 type claim struct {
-	d     *Driver
-	key   string
-	path  string
-	czxid int64
-	sid   int64 // the session that created the znode
-	lost  chan error
-	stop  context.CancelFunc // ends the watch
+	d              *Driver
+	key            string
+	path           string
+	czxid          int64
+	sid            int64              // the session that created the znode
+	stop           context.CancelFunc // ends the watch
+	*lossnote.Note                    // NotifyLost
 }
 
 func (d *Driver) newClaim(key, path string, czxid int64) *claim {
 	ctx, cancel := context.WithCancel(d.ctx)
-	c := &claim{d: d, key: key, path: path, czxid: czxid, sid: d.conn.SessionID(), lost: make(chan error, 1), stop: cancel}
+	c := &claim{d: d, key: key, path: path, czxid: czxid, sid: d.conn.SessionID(), stop: cancel, Note: lossnote.New()}
 	d.wg.Go(func() { c.watch(ctx) })
 	return c
 }
 
 // Token implements fence.Claim: the znode's czxid.
 func (c *claim) Token() int64 { return c.czxid }
-
-// Lost implements fence.SessionClaim.
-func (c *claim) Lost() <-chan error { return c.lost }
 
 // watch reports the loss of the lease as soon as ZooKeeper tells: the
 // znode is deleted, or the session expires. A dropped connection is not a
@@ -47,7 +45,7 @@ func (c *claim) watch(ctx context.Context) {
 		exists, _, ch, err := c.d.conn.ExistsW(c.path)
 		switch {
 		case errors.Is(err, zk.ErrSessionExpired):
-			c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, err))
+			c.Report(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, err))
 			return
 		case errors.Is(err, zk.ErrClosing):
 			return // the connection was closed: Extend reports it
@@ -62,10 +60,10 @@ func (c *claim) watch(ctx context.Context) {
 			continue
 		case !exists && c.d.conn.SessionID() != c.sid:
 			// The watch was not set yet when the session expired.
-			c.lose(fmt.Errorf("%w: %q: znode %s is gone: %w", fence.ErrNotHeld, c.key, c.path, zk.ErrSessionExpired))
+			c.Report(fmt.Errorf("%w: %q: znode %s is gone: %w", fence.ErrNotHeld, c.key, c.path, zk.ErrSessionExpired))
 			return
 		case !exists:
-			c.lose(fmt.Errorf("%w: %q: znode %s is gone", fence.ErrNotHeld, c.key, c.path))
+			c.Report(fmt.Errorf("%w: %q: znode %s is gone", fence.ErrNotHeld, c.key, c.path))
 			return
 		}
 		select {
@@ -74,22 +72,15 @@ func (c *claim) watch(ctx context.Context) {
 		case ev := <-ch:
 			switch {
 			case ev.Type == zk.EventNodeDeleted:
-				c.lose(fmt.Errorf("%w: %q: znode %s was deleted", fence.ErrNotHeld, c.key, c.path))
+				c.Report(fmt.Errorf("%w: %q: znode %s was deleted", fence.ErrNotHeld, c.key, c.path))
 				return
 			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
-				c.lose(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, ev.Err))
+				c.Report(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, ev.Err))
 				return
 			case ev.Type == zk.EventNotWatching:
 				return // closing
 			}
 		}
-	}
-}
-
-func (c *claim) lose(err error) {
-	select {
-	case c.lost <- err:
-	default:
 	}
 }
 

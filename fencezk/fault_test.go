@@ -36,9 +36,9 @@ func dial(t *testing.T, addr string, session time.Duration, opts ...fencezk.Opti
 	return d
 }
 
-func newFence(t *testing.T, d fence.Driver, opts ...fence.Option) *fence.Client {
+func newFence(t *testing.T, d fence.Driver, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
-	c := fence.New(d, append([]fence.Option{fence.WithTTL(ttl)}, opts...)...)
+	c := fence.New(d, append([]fence.ClientOption{fence.WithTTL(ttl)}, opts...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -285,6 +285,8 @@ func TestSessionExpiryIsLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	claimLost := make(chan error, 1)
+	claim.(fence.SessionClaim).NotifyLost(func(err error) { claimLost <- err })
 	var otherGot atomic.Pointer[fence.Lease]
 	otherDone := make(chan error, 1)
 	go func() {
@@ -313,7 +315,7 @@ func TestSessionExpiryIsLoss(t *testing.T) {
 		t.Fatalf("waiter did not get the key after the holder's session expired")
 	}
 	select {
-	case err := <-claim.(fence.SessionClaim).Lost():
+	case err := <-claimLost:
 		if !errors.Is(err, zk.ErrSessionExpired) || !errors.Is(err, fence.ErrNotHeld) {
 			t.Errorf("claim lost with %v; want the session's expiry", err)
 		}

@@ -116,7 +116,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
-	opts := []fence.Option{fence.WithLogger(slog.New(&logHandler{ev: ev}))}
+	opts := []fence.ClientOption{fence.WithLogger(slog.New(&logHandler{ev: ev}))}
 	if f.metricsAddr != "" {
 		m, err := serveMetrics(f.metricsAddr)
 		if err != nil {
@@ -137,7 +137,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err := fitTTL(st, &f, ev); err != nil {
 		return ev.fail(err)
 	}
-	leaseOpts := []fence.Option{fence.WithTTL(f.ttl)}
+	leaseOpts := []fence.AcquireOption{fence.WithTTL(f.ttl)}
 
 	tctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	l, err := st.client.TryAcquire(tctx, f.key, leaseOpts...)

@@ -28,7 +28,7 @@ type store struct {
 // openStore opens the store named by flagValue, else $FENCE_STORE, else
 // the per-user default directory. Its errors say which store, without
 // credentials; errors for a URL that cannot name a store are usage errors.
-func openStore(ctx context.Context, flagValue string, opts ...fence.Option) (*store, error) {
+func openStore(ctx context.Context, flagValue string, opts ...fence.ClientOption) (*store, error) {
 	raw := flagValue
 	if raw == "" {
 		raw = os.Getenv("FENCE_STORE")

@@ -182,7 +182,7 @@ func pollHolder(ctx context.Context, st *store, key string, out chan snapshot) {
 
 // waitFor waits for the held key, showing who holds it. It returns the
 // signal that interrupted the wait, if one did.
-func waitFor(ctx context.Context, st *store, f runFlags, opts []fence.Option, heldErr error,
+func waitFor(ctx context.Context, st *store, f runFlags, opts []fence.AcquireOption, heldErr error,
 	ev *events, sigs <-chan os.Signal) (*fence.Lease, error, os.Signal) {
 	view := newWaitView(ev, st, f.key, f.wait, !f.json && isLiveTerminal(os.Stderr))
 	defer view.end()

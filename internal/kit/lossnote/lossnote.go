@@ -1,54 +1,50 @@
-// Package lossnote delivers the loss of a session-bound claim: on the
-// claim's Lost channel (fence.SessionClaim) until the Client registers a
-// function (fence.LossNotifier), to that function afterwards. A loss
-// reported before the function was registered is handed to it then, so
-// none is missed, whatever the order.
+// Package lossnote delivers the loss of a session-bound claim to the
+// function the Client registers (fence.SessionClaim's NotifyLost),
+// exactly once, whichever comes first: the loss or the registration. A
+// loss reported before the function is registered is handed to it then.
 //
-// A driver's claim embeds a *Note, which gives it Lost and NotifyLost, and
-// calls Report when its session ends.
+// A driver's claim embeds a *Note, which gives it NotifyLost, and calls
+// Report when its session ends.
 package lossnote
 
-import "sync/atomic"
+import "sync"
 
 // Note is one claim's loss report.
 type Note struct {
-	lost   chan error
-	notify atomic.Pointer[func(error)]
+	mu       sync.Mutex
+	f        func(error) // registered function; nil until NotifyLost
+	err      error       // the loss, once reported
+	reported bool
 }
 
 // New returns a Note with nothing reported.
-func New() *Note { return &Note{lost: make(chan error, 1)} }
+func New() *Note { return &Note{} }
 
-// Lost implements fence.SessionClaim's Lost.
-func (n *Note) Lost() <-chan error { return n.lost }
-
-// NotifyLost implements fence.LossNotifier: f is called with the loss,
-// including one reported before.
+// NotifyLost implements fence.SessionClaim: f is called once with the
+// loss, at once if it was reported before.
 func (n *Note) NotifyLost(f func(error)) {
-	n.notify.Store(&f)
-	select {
-	case err := <-n.lost:
+	n.mu.Lock()
+	n.f = f
+	reported, err := n.reported, n.err
+	n.mu.Unlock()
+	if reported {
 		f(err)
-	default:
 	}
 }
 
-// Report reports a loss: to the registered function, else on Lost (where
-// only the first of several is kept).
+// Report reports a loss. Only the first report counts; the registered
+// function is called with it, or, if none is registered yet, when one is.
+// Report calls the function without holding any lock of its own.
 func (n *Note) Report(err error) {
-	if f := n.notify.Load(); f != nil {
-		(*f)(err)
+	n.mu.Lock()
+	if n.reported {
+		n.mu.Unlock()
 		return
 	}
-	select {
-	case n.lost <- err:
-	default:
-	}
-	if f := n.notify.Load(); f != nil { // registered meanwhile: hand it over
-		select {
-		case err := <-n.lost:
-			(*f)(err)
-		default:
-		}
+	n.reported, n.err = true, err
+	f := n.f
+	n.mu.Unlock()
+	if f != nil {
+		f(err)
 	}
 }
