@@ -49,10 +49,10 @@ func postgresContenders(dsn string) []Contender {
 	return []Contender{
 		{Store: "postgres", Name: "fence-lease", Role: RoleFence,
 			Desc: "fencepg lease mode: INSERT .. ON CONFLICT .. RETURNING + UPDATE with pg_notify; waiters wake on LISTEN/NOTIFY",
-			Open: openFencePG(dsn, func(p *pgxpool.Pool) (pgDriver, error) { return fencepg.NewLeaseDriver(p) })},
+			Open: openFencePG(dsn, func(p *pgxpool.Pool) (pgDriver, error) { return fencepg.NewLeaseStore(p) })},
 		{Store: "postgres", Name: "fence-session", Role: RoleFence,
 			Desc: "fencepg session mode: pg_try_advisory_lock + token bump in one statement, pg_advisory_unlock; waiters wait in the server",
-			Open: openFencePG(dsn, func(p *pgxpool.Pool) (pgDriver, error) { return fencepg.NewSessionDriver(p) })},
+			Open: openFencePG(dsn, func(p *pgxpool.Pool) (pgDriver, error) { return fencepg.NewSessionStore(p) })},
 		{Store: "postgres", Name: "pgx-advisory", Role: RolePeer,
 			Desc: "plain pg_advisory_lock + pg_advisory_unlock through pgx on a pooled connection, no token; waiters wait in the server",
 			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {

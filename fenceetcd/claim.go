@@ -14,7 +14,7 @@ import (
 
 // claim is one granted lease: the holder's queue entry.
 type claim struct {
-	d    *Driver
+	d    *Store
 	s    *session
 	key  string
 	name string // the entry's etcd key
@@ -31,7 +31,7 @@ type claim struct {
 	stop         context.CancelFunc // ends the watch, once started
 }
 
-func (d *Driver) newClaim(s *session, key string, q queue, rev int64) *claim {
+func (d *Store) newClaim(s *session, key string, q queue, rev int64) *claim {
 	c := &claim{d: d, s: s, key: key, name: q.name, prefix: q.prefix, slot: q.slot, rev: rev, Note: lossnote.New()}
 	c.stopSession = context.AfterFunc(s.ended, func() {
 		c.Report(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, c.s.err()))

@@ -27,7 +27,7 @@ func ctxT(t *testing.T) context.Context {
 
 // newDriver returns a driver with its own etcd client, closed at the end
 // of the test.
-func newDriver(t *testing.T, endpoints []string, opts ...fenceetcd.Option) *fenceetcd.Driver {
+func newDriver(t *testing.T, endpoints []string, opts ...fenceetcd.Option) *fenceetcd.Store {
 	t.Helper()
 	cli := newClient(t, endpoints)
 	d := fenceetcd.New(cli, opts...)
@@ -46,7 +46,7 @@ func newFence(t *testing.T, d fence.Driver, opts ...fence.ClientOption) *fence.C
 	return c
 }
 
-func entries(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Driver, key string) []string {
+func entries(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Store, key string) []string {
 	t.Helper()
 	resp, err := cli.Get(ctx, d.Dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
@@ -61,7 +61,7 @@ func entries(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceet
 
 // leaseOf returns the etcd lease of the n-th entry (0: the holder) of key's
 // queue.
-func leaseOf(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Driver, key string, n int) clientv3.LeaseID {
+func leaseOf(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Store, key string, n int) clientv3.LeaseID {
 	t.Helper()
 	resp, err := cli.Get(ctx, d.Dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
@@ -74,7 +74,7 @@ func leaseOf(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceet
 }
 
 // waitEntries waits until key's queue has n entries.
-func waitEntries(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Driver, key string, n int) {
+func waitEntries(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Store, key string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for len(entries(t, ctx, cli, d, key)) != n {

@@ -93,10 +93,10 @@ import (
 // otherwise.
 const DefaultPrefix = "fence"
 
-// Driver is a fence.Driver on etcd. It is safe for concurrent use. Close
+// Store is a fence.Driver on etcd. It is safe for concurrent use. Close
 // it when done: it revokes the driver's sessions, which frees every key it
 // still holds or waits for.
-type Driver struct {
+type Store struct {
 	cli  *clientv3.Client
 	root string // prefix + "/"
 
@@ -105,34 +105,34 @@ type Driver struct {
 	wg     sync.WaitGroup // session and claim goroutines
 
 	mu       sync.Mutex
-	sessions map[int64]*session // see Driver.lease
+	sessions map[int64]*session // see Store.lease
 	closed   bool
 
 	watches *delayq.Queue // starts the watches on holders' entries; see claim.go
 }
 
 var (
-	_ fence.Driver           = (*Driver)(nil)
-	_ fence.BlockingAcquirer = (*Driver)(nil)
-	_ fence.Inspector        = (*Driver)(nil)
-	_ fence.Lister           = (*Driver)(nil)
+	_ fence.Driver           = (*Store)(nil)
+	_ fence.BlockingAcquirer = (*Store)(nil)
+	_ fence.Inspector        = (*Store)(nil)
+	_ fence.Lister           = (*Store)(nil)
 	_ fence.SessionClaim     = (*claim)(nil)
 )
 
-// Option configures a Driver.
-type Option func(*Driver)
+// Option configures a Store.
+type Option func(*Store)
 
 // WithPrefix sets the etcd key prefix under which the driver keeps its
 // queues. Default DefaultPrefix ("fence"). Drivers that share a prefix
 // share locks.
 func WithPrefix(prefix string) Option {
-	return func(d *Driver) { d.root = strings.TrimSuffix(prefix, "/") + "/" }
+	return func(d *Store) { d.root = strings.TrimSuffix(prefix, "/") + "/" }
 }
 
-// New returns a Driver over cli. The caller keeps ownership of cli and
-// closes it after the Driver.
-func New(cli *clientv3.Client, opts ...Option) *Driver {
-	d := &Driver{cli: cli, root: DefaultPrefix + "/", sessions: make(map[int64]*session), watches: delayq.New(watchDelay)}
+// New returns a Store over cli. The caller keeps ownership of cli and
+// closes it after the Store.
+func New(cli *clientv3.Client, opts ...Option) *Store {
+	d := &Store{cli: cli, root: DefaultPrefix + "/", sessions: make(map[int64]*session), watches: delayq.New(watchDelay)}
 	for _, o := range opts {
 		o(d)
 	}
@@ -143,7 +143,7 @@ func New(cli *clientv3.Client, opts ...Option) *Driver {
 // Close ends the driver's sessions (revoking their leases, so the keys it
 // held or waited for are freed at once) and stops its goroutines. It does
 // not close the etcd client.
-func (d *Driver) Close() error {
+func (d *Store) Close() error {
 	d.cancel() // first: it ends a grant in progress, which holds d.mu
 	d.watches.Close()
 	d.mu.Lock()
@@ -154,18 +154,18 @@ func (d *Driver) Close() error {
 }
 
 // Prefix returns the etcd key prefix, with its trailing slash.
-func (d *Driver) Prefix() string { return d.root }
+func (d *Store) Prefix() string { return d.root }
 
 // names escapes keys and owners into etcd key segments without "/".
 var names = keyenc.New('%', keyenc.Printable("/"))
 
 // dir returns the prefix of key's queue entries, ending in "/".
-func (d *Driver) dir(key string) string { return d.root + names.Encode(key) + "/" }
+func (d *Store) dir(key string) string { return d.root + names.Encode(key) + "/" }
 
 // Dir returns the etcd key prefix under which key's queue entries live
 // (etcdctl get --prefix shows the queue; the first by create revision
 // holds the lock).
-func (d *Driver) Dir(key string) string { return d.dir(key) }
+func (d *Store) Dir(key string) string { return d.dir(key) }
 
 // entry is one contender's queue entry, as stored.
 type entry struct {
@@ -174,7 +174,7 @@ type entry struct {
 	Limit int               `json:"limit,omitempty"` // a semaphore's
 	// Waiting marks an entry still bound to its waiter lease: one that
 	// has not been granted yet, even if it is first (its waiter is about
-	// to take the key, or died waiting). See Driver.rebind.
+	// to take the key, or died waiting). See Store.rebind.
 	Waiting bool `json:"waiting,omitempty"`
 }
 
@@ -202,7 +202,7 @@ func sessionTTL(ttl time.Duration) int64 {
 
 // TryAcquire implements fence.Driver: one transaction that puts this
 // owner's entry only if the key has none, and otherwise reads the holder.
-func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	c, err := d.tryAcquire(ctx, req)
 	if errors.Is(err, errSessionGone) {
 		c, err = d.tryAcquire(ctx, req) // once more, on a new session
@@ -210,7 +210,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 	return c, err
 }
 
-func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	s, err := d.session(ctx, req.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
@@ -244,7 +244,7 @@ func (d *Driver) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 // and waits, watching only its predecessor, until it is first. A wait
 // whose session or waiter lease (see waitSession) ends stops with an
 // error, never granting an entry that may have expired.
-func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	s, err := d.session(ctx, req.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
@@ -322,7 +322,7 @@ var (
 // If the entry has gone meanwhile (the waiter lease expired), nothing is
 // put and the wait fails. The entry is deleted again if the outcome is
 // unknown.
-func (d *Driver) rebind(ctx context.Context, s, w *session, q queue, rev int64) error {
+func (d *Store) rebind(ctx context.Context, s, w *session, q queue, rev int64) error {
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(q.name), "=", rev)).
 		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id))).
@@ -348,13 +348,13 @@ func (d *Driver) rebind(ctx context.Context, s, w *session, q queue, rev int64) 
 // entry is first. It watches the entry under ahead created last before it
 // for deletion, again and again (fifo.WaitTurn), and fails if the session
 // or the waiter lease w ends or the entry itself vanishes.
-func (d *Driver) waitTurn(ctx context.Context, s, w *session, ahead, name string, rev int64) error {
+func (d *Store) waitTurn(ctx context.Context, s, w *session, ahead, name string, rev int64) error {
 	return fifo.WaitTurn(ctx, turn{d: d, s: s, w: w, ahead: ahead, name: name, rev: rev})
 }
 
 // turn is a waiting entry's view of its queue, for fifo.WaitTurn.
 type turn struct {
-	d           *Driver
+	d           *Store
 	s, w        *session
 	ahead, name string
 	rev         int64
@@ -411,7 +411,7 @@ func waiting(s, w *session) error {
 // entryGone returns why a waiting entry bound to w has vanished: its
 // session or waiter lease ended (a keepalive tells, if the driver has not
 // noticed yet), or someone deleted it (errEntryGone).
-func (d *Driver) entryGone(ctx context.Context, s, w *session) error {
+func (d *Store) entryGone(ctx context.Context, s, w *session) error {
 	if err := waiting(s, w); err != nil {
 		return err
 	}
@@ -430,7 +430,7 @@ func (d *Driver) entryGone(ctx context.Context, s, w *session) error {
 // reach the waiter up to 100 ms late (it showed in the handoffs' p99;
 // docs/performance.md). Once the watch is in place it reads the entry once
 // more, so a deletion before the watch started is not missed.
-func (d *Driver) waitGone(ctx context.Context, s, w *session, key string, createRev int64) error {
+func (d *Store) waitGone(ctx context.Context, s, w *session, key string, createRev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := d.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
@@ -443,7 +443,7 @@ func (d *Driver) waitGone(ctx context.Context, s, w *session, key string, create
 // waitDeleted waits until key (or, with clientv3.WithPrefix, a key under
 // it) is deleted at or after revision from, or the watch breaks (the
 // caller looks again).
-func (d *Driver) waitDeleted(ctx context.Context, s, w *session, key string, from int64, opts ...clientv3.OpOption) error {
+func (d *Store) waitDeleted(ctx context.Context, s, w *session, key string, from int64, opts ...clientv3.OpOption) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := d.cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(from), clientv3.WithFilterPut()}, opts...)...)
@@ -452,10 +452,10 @@ func (d *Driver) waitDeleted(ctx context.Context, s, w *session, key string, fro
 
 // awaitDelete returns once wch reports a deletion, breaks (the caller
 // looks again), or the wait ends (ctx, the session s or waiter lease w,
-// the Driver). If the watch was made WithCreatedNotify, once it is in
+// the Store). If the watch was made WithCreatedNotify, once it is in
 // place it asks gone whether the deletion happened before, and returns if
 // so.
-func (d *Driver) awaitDelete(ctx context.Context, s, w *session, wch clientv3.WatchChan, gone func() bool) error {
+func (d *Store) awaitDelete(ctx context.Context, s, w *session, wch clientv3.WatchChan, gone func() bool) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -494,7 +494,7 @@ var errClosed = errors.New("fenceetcd: driver closed")
 // stop being kept alive, so that it expires with them instead of standing
 // in the queue for ever; leases held on the same session are then lost,
 // loudly, and waits on the same waiter lease stop with an error.
-func (d *Driver) abandon(s *session, q queue, bound ...*session) {
+func (d *Store) abandon(s *session, q queue, bound ...*session) {
 	ctx, cancel := context.WithTimeout(d.ctx, s.ttl)
 	defer cancel()
 	if _, err := d.cli.Delete(ctx, q.name); err != nil {
@@ -509,7 +509,7 @@ func (d *Driver) abandon(s *session, q queue, bound ...*session) {
 // opError wraps a failed etcd call that bound an entry to one of leases.
 // A missing lease means a session or waiter lease is over; a keepalive of
 // each tells which, and ends it.
-func (d *Driver) opError(op, key string, err error, leases ...*session) error {
+func (d *Store) opError(op, key string, err error, leases ...*session) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		err = d.leaseGone(leases)
 	}
@@ -518,7 +518,7 @@ func (d *Driver) opError(op, key string, err error, leases ...*session) error {
 
 // leaseGone ends the one of leases (a session and, if two, its waiter
 // lease) that etcd no longer has, and returns why the operation failed.
-func (d *Driver) leaseGone(leases []*session) error {
+func (d *Store) leaseGone(leases []*session) error {
 	s := leases[0]
 	if len(leases) == 1 {
 		s.end(errSessionGone)
@@ -543,7 +543,7 @@ func (d *Driver) leaseGone(leases []*session) error {
 // so Holder.ExpiresIn is 0. While the first entry is a waiter that has
 // not bound it to its session yet, the key has no holder: its next
 // waiter is taking it, or died waiting and its entry is about to expire.
-func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	resp, err := d.cli.Get(ctx, d.dir(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
@@ -560,7 +560,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) 
 
 // List implements fence.Lister. It reads every queue entry under prefix in
 // one range request.
-func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	resp, err := d.cli.Get(ctx, d.root+names.Encode(prefix),
 		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {

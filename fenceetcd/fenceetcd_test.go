@@ -113,7 +113,7 @@ func conformanceStore(t *testing.T, endpoints []string) fencetest.Store {
 }
 
 // kindDir is the directory of key's queue of kind (see kinds.go).
-func kindDir(d *fenceetcd.Driver, key string, kind fence.Kind) string {
+func kindDir(d *fenceetcd.Store, key string, kind fence.Kind) string {
 	switch kind {
 	case fence.KindSemaphore:
 		return strings.TrimSuffix(d.Dir(key), "/") + "%sem/"

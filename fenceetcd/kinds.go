@@ -47,9 +47,9 @@ import (
 
 // Supports implements fence.KindSupporter: locks, semaphores and
 // reader-writer locks, all as FIFO queues.
-func (d *Driver) Supports(k fence.Kind) bool { return k <= fence.KindWrite }
+func (d *Store) Supports(k fence.Kind) bool { return k <= fence.KindWrite }
 
-var _ fence.KindSupporter = (*Driver)(nil)
+var _ fence.KindSupporter = (*Store)(nil)
 
 // queue is where one acquisition's entry goes.
 type queue struct {
@@ -64,7 +64,7 @@ type queue struct {
 // queueOf names the entry of an acquisition of req on session s, taking
 // one of the session's entry names under the key's directory; the name is
 // given back once the entry is known to be gone (see session.takeSlot).
-func (d *Driver) queueOf(s *session, req fence.Request) queue {
+func (d *Store) queueOf(s *session, req fence.Request) queue {
 	base := d.root + names.Encode(req.Key)
 	q := queue{val: encodeEntry(req)}
 	switch req.Kind {
@@ -94,7 +94,7 @@ func (d *Driver) queueOf(s *session, req fence.Request) queue {
 // It returns the entry's create revision and whether the entry holds a
 // slot; an error matching fence.ErrLimitMismatch (the entry deleted again)
 // if the first entry, a holder, was queued with another limit.
-func (d *Driver) queueSlot(ctx context.Context, s, l *session, val string, req fence.Request, q queue) (int64, bool, error) {
+func (d *Store) queueSlot(ctx context.Context, s, l *session, val string, req fence.Request, q queue) (int64, bool, error) {
 	resp, err := d.cli.Txn(ctx).
 		Then(clientv3.OpPut(q.name, val, clientv3.WithLease(l.id)),
 			clientv3.OpGet(q.dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
@@ -125,7 +125,7 @@ func (d *Driver) queueSlot(ctx context.Context, s, l *session, val string, req f
 // trySlot takes a semaphore slot if fewer than Limit entries are queued:
 // it queues an entry and, if that entry is not among the first Limit,
 // deletes it again (a second round trip, only when the semaphore is full).
-func (d *Driver) trySlot(ctx context.Context, s *session, req fence.Request, q queue) (fence.Claim, error) {
+func (d *Store) trySlot(ctx context.Context, s *session, req fence.Request, q queue) (fence.Claim, error) {
 	rev, holds, err := d.queueSlot(ctx, s, s, q.val, req, q)
 	if err != nil {
 		return nil, err
@@ -139,8 +139,8 @@ func (d *Driver) trySlot(ctx context.Context, s *session, req fence.Request, q q
 
 // acquireSlot queues for a semaphore slot, under the waiter lease w, and
 // waits until fewer than Limit entries are ahead of its entry; then it
-// binds the entry to the session s (Driver.rebind).
-func (d *Driver) acquireSlot(ctx context.Context, s, w *session, req fence.Request, q queue) (fence.Claim, error) {
+// binds the entry to the session s (Store.rebind).
+func (d *Store) acquireSlot(ctx context.Context, s, w *session, req fence.Request, q queue) (fence.Claim, error) {
 	rev, holds, err := d.queueSlot(ctx, s, w, encodeWaitingEntry(req), req, q)
 	if err != nil {
 		return nil, err
@@ -165,7 +165,7 @@ func (d *Driver) acquireSlot(ctx context.Context, s, w *session, req fence.Reque
 // may free a slot, so it watches the whole directory for deletions and
 // counts again after each: a release wakes every waiter of the semaphore
 // for one count each.
-func (d *Driver) waitSlot(ctx context.Context, s, w *session, q queue, rev int64, limit int) error {
+func (d *Store) waitSlot(ctx context.Context, s, w *session, q queue, rev int64, limit int) error {
 	for {
 		resp, err := d.cli.Txn(ctx).
 			Then(clientv3.OpGet(q.name),

@@ -9,6 +9,6 @@ import (
 // TestNamesGolden pins the directory of every key of goldenkeys: renaming
 // it would let a new acquisition queue apart from existing holders.
 func TestNamesGolden(t *testing.T) {
-	d := &Driver{root: "fence/"}
+	d := &Store{root: "fence/"}
 	goldenkeys.Check(t, "names.golden", goldenkeys.One(d.dir))
 }

@@ -15,8 +15,8 @@ import (
 // session is one etcd lease that the driver keeps alive and binds queue
 // entries to.
 type session struct {
-	d   *Driver
-	key int64 // its entry in d.sessions (see Driver.lease)
+	d   *Store
+	key int64 // its entry in d.sessions (see Store.lease)
 	id  clientv3.LeaseID
 	ttl time.Duration // as granted
 
@@ -85,7 +85,7 @@ func (s *session) entryName(slot int) string {
 
 // session returns a live session for leases of ttl whose lease is known to
 // live for at least ttl from now, granting one if needed.
-func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
+func (d *Store) session(ctx context.Context, ttl time.Duration) (*session, error) {
 	s, err := d.lease(ctx, sessionTTL(ttl), sessionTTL(ttl))
 	if err != nil {
 		return nil, err
@@ -105,9 +105,9 @@ const waiterTTL = 5 * time.Second
 // acquisitions are bound to while they wait: a short one (waiterTTL, or
 // s's own TTL if shorter), so that a waiter killed before it could delete
 // its entry delays those behind it by seconds, not by s's TTL. An entry is
-// bound to s itself once granted (see Driver.rebind). The lease is shared
+// bound to s itself once granted (see Store.rebind). The lease is shared
 // by every waiter of s's TTL and kept alive like a session.
-func (d *Driver) waitSession(ctx context.Context, s *session) (*session, error) {
+func (d *Store) waitSession(ctx context.Context, s *session) (*session, error) {
 	w, err := d.lease(ctx, -s.key, min(s.key, int64(waiterTTL/time.Second)))
 	if err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func (d *Driver) waitSession(ctx context.Context, s *session) (*session, error) 
 
 // grantedWaitSession returns s's waiter lease if it has been granted and
 // lives, else nil, without a round trip.
-func (d *Driver) grantedWaitSession(s *session) *session {
+func (d *Store) grantedWaitSession(s *session) *session {
 	d.mu.Lock()
 	w := d.sessions[-s.key]
 	d.mu.Unlock()
@@ -130,7 +130,7 @@ func (d *Driver) grantedWaitSession(s *session) *session {
 // lease returns the live session d.sessions holds under k, granting one of
 // seconds if there is none. Keys above 0 are sessions of holders (by
 // requested TTL in seconds), below 0 their waiters' leases.
-func (d *Driver) lease(ctx context.Context, k, seconds int64) (*session, error) {
+func (d *Store) lease(ctx context.Context, k, seconds int64) (*session, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {

@@ -166,7 +166,7 @@ func mustReleaseLease(t *testing.T, ctx context.Context, l *fence.Lease) {
 }
 
 // queueKVs returns the entries of key's lock queue in queue order.
-func queueKVs(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Driver, key string) []*mvccpb.KeyValue {
+func queueKVs(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenceetcd.Store, key string) []*mvccpb.KeyValue {
 	t.Helper()
 	resp, err := cli.Get(ctx, d.Dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {

@@ -9,13 +9,13 @@ import (
 	"github.com/fencing/fence"
 )
 
-var _ fence.WaiterCounter = (*Driver)(nil)
+var _ fence.WaiterCounter = (*Store)(nil)
 
 // Waiters implements fence.WaiterCounter for locks, in one count-only
 // range request: every entry of the key's queue behind the holder's waits
 // for it. A contender that stopped waiting has deleted its entry, or its
-// waiter lease's expiry will, within seconds (see Driver.waitSession).
-func (d *Driver) Waiters(ctx context.Context, key string) (int, error) {
+// waiter lease's expiry will, within seconds (see Store.waitSession).
+func (d *Store) Waiters(ctx context.Context, key string) (int, error) {
 	resp, err := d.cli.Get(ctx, d.dir(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("fenceetcd: count waiters of %q: %w", key, err)

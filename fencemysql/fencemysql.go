@@ -57,7 +57,7 @@ const DefaultPrefix = "fence"
 // share a lock.
 var ErrKeyCollision = errors.New("fencemysql: two keys map to the same lock name")
 
-// Option configures a Driver.
+// Option configures a Store.
 type Option func(*options)
 
 type options struct {
@@ -122,8 +122,8 @@ func LockName(prefix, key string) string {
 // since lock names ignore case.
 var plainKeys = keyenc.New('%', keyenc.Lower("_./:-"))
 
-// Driver is the MySQL/MariaDB fence driver. It is safe for concurrent use.
-type Driver struct {
+// Store is the MySQL/MariaDB fence driver. It is safe for concurrent use.
+type Store struct {
 	db     *sql.DB
 	table  string // quoted
 	prefix string
@@ -140,10 +140,10 @@ type Driver struct {
 }
 
 var (
-	_ fence.Driver           = (*Driver)(nil)
-	_ fence.BlockingAcquirer = (*Driver)(nil)
-	_ fence.Inspector        = (*Driver)(nil)
-	_ fence.Lister           = (*Driver)(nil)
+	_ fence.Driver           = (*Store)(nil)
+	_ fence.BlockingAcquirer = (*Store)(nil)
+	_ fence.Inspector        = (*Store)(nil)
+	_ fence.Lister           = (*Store)(nil)
 	_ fence.SessionClaim     = (*claim)(nil)
 )
 
@@ -155,7 +155,7 @@ var (
 // closes connections as leases end and opens new ones for the next: set
 // db.SetMaxIdleConns (and SetMaxOpenConns) to twice the leases you hold
 // at once. Close the driver when done; it does not close db.
-func New(db *sql.DB, opts ...Option) (*Driver, error) {
+func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: fencemysql: nil db", fence.ErrInvalidOption)
 	}
@@ -178,7 +178,7 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 	if !prefixRE.MatchString(o.prefix) {
 		return nil, fmt.Errorf("%w: fencemysql: prefix %q: 1 to 8 lowercase letters, digits or underscores", fence.ErrInvalidOption, o.prefix)
 	}
-	d := &Driver{db: db, table: T, prefix: o.prefix, auto: o.autoSetup, active: make(map[*claim]struct{})}
+	d := &Store{db: db, table: T, prefix: o.prefix, auto: o.autoSetup, active: make(map[*claim]struct{})}
 	// One round trip: this connection's id, the lock (only then the
 	// liveness lock), the key recorded for the name (to detect a
 	// collision) and, if held, the holder.
@@ -202,7 +202,7 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 }
 
 // Setup creates the counter table if it does not exist. It is idempotent.
-func (d *Driver) Setup(ctx context.Context) error {
+func (d *Store) Setup(ctx context.Context) error {
 	_, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.table+` (
 		name        VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
 		lock_key    MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
@@ -218,7 +218,7 @@ func (d *Driver) Setup(ctx context.Context) error {
 	return nil
 }
 
-func (d *Driver) ensureSetup(ctx context.Context) error {
+func (d *Store) ensureSetup(ctx context.Context) error {
 	if !d.auto {
 		return nil
 	}
@@ -237,7 +237,7 @@ func (d *Driver) ensureSetup(ctx context.Context) error {
 // Close ends the driver's leases that are still held by closing their
 // connections (which frees their locks). The Client releases its leases
 // before; Close does not close db.
-func (d *Driver) Close() error {
+func (d *Store) Close() error {
 	d.mu.Lock()
 	d.closed = true
 	active := make([]*claim, 0, len(d.active))
@@ -253,7 +253,7 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-func (d *Driver) forget(c *claim) {
+func (d *Store) forget(c *claim) {
 	d.mu.Lock()
 	delete(d.active, c)
 	d.mu.Unlock()
@@ -278,7 +278,7 @@ type attempt struct {
 // try takes a connection and tries the lock once. It returns the
 // connection either holding the lock and the liveness lock (got) or
 // holding nothing, with the held error.
-func (d *Driver) try(ctx context.Context, req fence.Request, name string) (*attempt, error) {
+func (d *Store) try(ctx context.Context, req fence.Request, name string) (*attempt, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
@@ -337,7 +337,7 @@ func (a *attempt) unlock(ctx context.Context, name string) {
 }
 
 // putBack returns a connection that holds no lock to the pool.
-func (d *Driver) putBack(a *attempt) { _ = a.conn.Close() }
+func (d *Store) putBack(a *attempt) { _ = a.conn.Close() }
 
 // liveName returns a unique name for a lease's liveness lock.
 func liveName(prefix string) string {
@@ -359,7 +359,7 @@ func parseMeta(raw sql.NullString) map[string]string {
 
 // TryAcquire implements fence.Driver: two round trips on a dedicated
 // connection when the lock is free (lock, then token), one when it is held.
-func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	name := LockName(d.prefix, req.Key)
 	a, err := d.try(ctx, req, name)
 	if err != nil {
@@ -378,7 +378,7 @@ const waitForever = 365 * 24 * 3600
 // Acquire implements fence.BlockingAcquirer: it waits in GET_LOCK. When
 // ctx ends first, it ends the wait in the server with KILL QUERY and
 // closes the connection, so no request is left queued.
-func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	name := LockName(d.prefix, req.Key)
 	a, err := d.try(ctx, req, name)
 	var held *fence.HeldError
@@ -422,7 +422,7 @@ func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, e
 // wait blocks in GET_LOCK on conn until it is granted or ctx ends. Then
 // it kills the statement from another connection (cancelwait), and after
 // a grace period the whole connection.
-func (d *Driver) wait(ctx context.Context, conn *sql.Conn, connID int64, name string) (bool, error) {
+func (d *Store) wait(ctx context.Context, conn *sql.Conn, connID int64, name string) (bool, error) {
 	var got sql.NullInt64
 	err := cancelwait.Run(ctx, func(kctx context.Context, hard bool) {
 		kill := "KILL QUERY %d"
@@ -437,7 +437,7 @@ func (d *Driver) wait(ctx context.Context, conn *sql.Conn, connID int64, name st
 }
 
 // grant bumps the token of a granted attempt and starts its monitor.
-func (d *Driver) grant(ctx context.Context, a *attempt, req fence.Request, name string) (fence.Claim, error) {
+func (d *Store) grant(ctx context.Context, a *attempt, req fence.Request, name string) (fence.Claim, error) {
 	var meta any
 	if req.Meta != nil {
 		b, _ := json.Marshal(req.Meta)
@@ -470,7 +470,7 @@ func (d *Driver) grant(ctx context.Context, a *attempt, req fence.Request, name 
 
 // claim is one lease: conn holds the lock and the liveness lock.
 type claim struct {
-	d              *Driver
+	d              *Store
 	conn           *sql.Conn
 	connID         int64
 	key            string
@@ -650,7 +650,7 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // Inspect implements fence.Inspector with IS_USED_LOCK and the counter
 // table.
-func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return fence.Holder{}, err
 	}
@@ -674,7 +674,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) 
 }
 
 // List implements fence.Lister.
-func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}

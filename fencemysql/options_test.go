@@ -12,7 +12,7 @@ import (
 )
 
 // optClient is a Client over a driver made with opts on db.
-func optClient(t *testing.T, db *sql.DB, opts ...fencemysql.Option) (*fence.Client, *fencemysql.Driver) {
+func optClient(t *testing.T, db *sql.DB, opts ...fencemysql.Option) (*fence.Client, *fencemysql.Store) {
 	t.Helper()
 	d, err := fencemysql.New(db, opts...)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 
 // claim is one granted lease: the key's value, last written at rev.
 type claim struct {
-	d     *Driver
+	d     *Store
 	key   string
 	name  string
 	owner string

@@ -20,7 +20,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func dial(t *testing.T, url, bucket string, opts ...fencenats.Option) *fencenats.Driver {
+func dial(t *testing.T, url, bucket string, opts ...fencenats.Option) *fencenats.Store {
 	t.Helper()
 	d, err := fencenats.Dial(ctxT(t), url, bucket, opts...)
 	if err != nil {
@@ -220,7 +220,7 @@ func TestBucketModes(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	d := &fencenats.Driver{}
+	d := &fencenats.Store{}
 	valid := regexp.MustCompile(`^[-/_=a-zA-Z0-9]+$`)
 	seen := map[string]string{}
 	long := strings.Repeat("ключ.", fence.MaxKeyLen/len("ключ."))

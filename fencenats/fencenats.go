@@ -73,12 +73,12 @@ import (
 	"github.com/fencing/fence/internal/kit/keyenc"
 )
 
-// DefaultBucket is the bucket a Driver uses when the caller names none.
+// DefaultBucket is the bucket a Store uses when the caller names none.
 const DefaultBucket = "fence"
 
-// Driver is a fence.Driver on a JetStream KV bucket. It is safe for
+// Store is a fence.Driver on a JetStream KV bucket. It is safe for
 // concurrent use.
-type Driver struct {
+type Store struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	stream jetstream.Stream // the bucket's stream, for raw reads
@@ -91,10 +91,10 @@ type Driver struct {
 }
 
 var (
-	_ fence.Driver    = (*Driver)(nil)
-	_ fence.Watcher   = (*Driver)(nil)
-	_ fence.Inspector = (*Driver)(nil)
-	_ fence.Lister    = (*Driver)(nil)
+	_ fence.Driver    = (*Store)(nil)
+	_ fence.Watcher   = (*Store)(nil)
+	_ fence.Inspector = (*Store)(nil)
+	_ fence.Lister    = (*Store)(nil)
 )
 
 // Option configures New.
@@ -126,10 +126,10 @@ func WithBucketMaxAge(d time.Duration) Option { return func(o *options) { o.maxA
 // Default 1s, the server's minimum.
 func WithMarkerTTL(d time.Duration) Option { return func(o *options) { o.marker = d } }
 
-// New returns a Driver over the KV bucket named bucket, creating it if it
+// New returns a Store over the KV bucket named bucket, creating it if it
 // does not exist (see the options for how). The caller keeps ownership of
 // js's connection.
-func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Option) (*Driver, error) {
+func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Option) (*Store, error) {
 	o := options{replicas: 1, storage: jetstream.FileStorage, marker: time.Second}
 	for _, opt := range opts {
 		opt(&o)
@@ -146,7 +146,7 @@ func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Opt
 		return nil, fmt.Errorf("fencenats: bucket %q: %w", bucket, err)
 	}
 	cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
-	d := &Driver{js: js, kv: kv, bucket: bucket, pre: "$KV." + bucket + ".", perKey: cfg.AllowMsgTTL,
+	d := &Store{js: js, kv: kv, bucket: bucket, pre: "$KV." + bucket + ".", perKey: cfg.AllowMsgTTL,
 		maxAge: cfg.MaxAge, marker: max(cfg.SubjectDeleteMarkerTTL, time.Second)}
 	if !d.perKey && d.maxAge <= 0 {
 		return nil, fmt.Errorf("fencenats: bucket %q has neither per-message TTLs nor a max age: its keys would never expire "+
@@ -162,16 +162,16 @@ func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Opt
 	return d, nil
 }
 
-// Dial connects to the NATS server at url and returns a Driver on bucket
+// Dial connects to the NATS server at url and returns a Store on bucket
 // that owns the connection: Close closes it.
-func Dial(ctx context.Context, url, bucket string, opts ...Option) (*Driver, error) {
+func Dial(ctx context.Context, url, bucket string, opts ...Option) (*Store, error) {
 	nc, err := nats.Connect(url, nats.Name("fence"))
 	if err != nil {
 		return nil, fmt.Errorf("fencenats: connect: %w", err) // the URL may hold credentials
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
-		var d *Driver
+		var d *Store
 		if d, err = New(ctx, js, bucket, opts...); err == nil {
 			d.nc = nc
 			return d, nil
@@ -182,7 +182,7 @@ func Dial(ctx context.Context, url, bucket string, opts ...Option) (*Driver, err
 }
 
 // Close closes the NATS connection if the driver dialled it (Dial).
-func (d *Driver) Close() error {
+func (d *Store) Close() error {
 	if d.nc != nil {
 		d.nc.Close()
 	}
@@ -190,7 +190,7 @@ func (d *Driver) Close() error {
 }
 
 // KeyValue returns the driver's bucket.
-func (d *Driver) KeyValue() jetstream.KeyValue { return d.kv }
+func (d *Store) KeyValue() jetstream.KeyValue { return d.kv }
 
 // createBucket creates the bucket's stream the way the KV API does, but
 // with its sequence starting at the current time in microseconds, so that
@@ -236,7 +236,7 @@ const maxName = 1024
 // Name returns the KV key under which key's lease is kept: the escaped
 // key, or, when that is longer than maxName, as much of it as fits before
 // "==" and the hex SHA-256 of the key.
-func (d *Driver) Name(key string) string {
+func (d *Store) Name(key string) string {
 	if names.EncodedLen(key) <= maxName {
 		return names.Encode(key)
 	}
@@ -257,7 +257,7 @@ type value struct {
 
 // storeTTL is the TTL the store gives a lease of ttl: whole seconds,
 // rounded up (per-message TTLs), or the bucket's max age.
-func (d *Driver) storeTTL(ttl time.Duration) (time.Duration, error) {
+func (d *Store) storeTTL(ttl time.Duration) (time.Duration, error) {
 	if !d.perKey {
 		if ttl > d.maxAge {
 			return 0, fmt.Errorf("%w: %v is longer than the bucket's max age %v, every lease's TTL in this bucket",
@@ -270,7 +270,7 @@ func (d *Driver) storeTTL(ttl time.Duration) (time.Duration, error) {
 
 // publish writes the lease value on key's subject, only if the subject's
 // last message has revision expected (0: no message).
-func (d *Driver) publish(ctx context.Context, name string, v []byte, expected uint64, ttl time.Duration) (uint64, error) {
+func (d *Store) publish(ctx context.Context, name string, v []byte, expected uint64, ttl time.Duration) (uint64, error) {
 	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expected)}
 	if d.perKey {
 		opts = append(opts, jetstream.WithMsgTTL(ttl))
@@ -291,7 +291,7 @@ func wrongRevision(err error) bool {
 }
 
 // TryAcquire implements fence.Driver.
-func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	ttl, err := d.storeTTL(req.TTL)
 	if err != nil {
 		return nil, err
@@ -333,7 +333,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 
 // last returns the key's last message (nil if it has none) and whether
 // it is a live value rather than a delete, purge or expiry marker.
-func (d *Driver) last(ctx context.Context, name string) (*jetstream.RawStreamMsg, bool, error) {
+func (d *Store) last(ctx context.Context, name string) (*jetstream.RawStreamMsg, bool, error) {
 	m, err := d.stream.GetLastMsgForSubject(ctx, d.pre+name)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, false, nil
@@ -368,7 +368,7 @@ func holder(key string, m *jetstream.RawStreamMsg) (fence.Holder, bool) {
 
 // Watch implements fence.Watcher: a KV watch on the key that signals every
 // delete, purge and expiry marker.
-func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+func (d *Store) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	w, err := d.kv.Watch(ctx, d.Name(key), jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, fmt.Errorf("fencenats: watch %q: %w", key, err)
@@ -399,7 +399,7 @@ func (d *Driver) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 }
 
 // Inspect implements fence.Inspector.
-func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	m, live, err := d.last(ctx, d.Name(key))
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fencenats: inspect %q: %w", key, err)
@@ -412,7 +412,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) 
 }
 
 // List implements fence.Lister. It reads every key of the bucket.
-func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	lister, err := d.kv.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fencenats: list: %w", err)

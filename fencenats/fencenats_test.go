@@ -74,7 +74,7 @@ func conformanceStore(t *testing.T, connect string) fencetest.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { closeDrv() })
-	d := drv.(*fencenats.Driver)
+	d := drv.(*fencenats.Store)
 	kv := d.KeyValue()
 	return fencetest.Store{
 		Connect: connect,
@@ -120,7 +120,7 @@ func connectJS(t *testing.T, url string) jetstream.JetStream { return connect(t,
 // but those whose last message is an operator's delete marker (what
 // Store.Delete leaves: kv.Delete writes a DEL marker). The driver's own
 // releases purge, and their PURGE markers must end with their TTL.
-func leftovers(ctx context.Context, kv jetstream.KeyValue, d *fencenats.Driver, prefix string, s jetstream.Stream) ([]string, error) {
+func leftovers(ctx context.Context, kv jetstream.KeyValue, d *fencenats.Store, prefix string, s jetstream.Stream) ([]string, error) {
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+kv.Bucket()+".>"))
 	if err != nil {
 		return nil, err

@@ -9,5 +9,5 @@ import (
 // TestNamesGolden pins the KV key of every key of goldenkeys: renaming it
 // would let a new acquisition ignore an existing holder.
 func TestNamesGolden(t *testing.T) {
-	goldenkeys.Check(t, "names.golden", goldenkeys.One((*Driver)(nil).Name))
+	goldenkeys.Check(t, "names.golden", goldenkeys.One((*Store)(nil).Name))
 }

@@ -3,7 +3,7 @@
 //
 // # Modes
 //
-// Lease mode (NewLeaseDriver, the default choice) keeps one row per key in
+// Lease mode (NewLeaseStore, the default choice) keeps one row per key in
 // a lock table: owner, expiry and token. Acquiring is one statement that
 // inserts the row or takes over a free or expired one, bumping its token
 // (when the key is held, a second statement reads the holder):
@@ -22,7 +22,7 @@
 // reported expiry. The lock is ordinary data: it survives reconnects,
 // restarts and a failover to a synchronous replica.
 //
-// Session mode (NewSessionDriver) holds a session advisory lock,
+// Session mode (NewSessionStore) holds a session advisory lock,
 // pg_advisory_lock(AdvisoryID(key)), on a connection dedicated to the
 // lease, and bumps the key's token in a counter table on that connection.
 // Waiting happens in the server; a cancelled wait is cancelled in the

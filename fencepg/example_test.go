@@ -15,7 +15,7 @@ import (
 
 // Lease mode: acquire a key, do the work under the lease's context, and
 // send its token with the writes it protects.
-func ExampleNewLeaseDriver() {
+func ExampleNewLeaseStore() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://app@db.internal/app")
 	if err != nil {
@@ -25,7 +25,7 @@ func ExampleNewLeaseDriver() {
 	if err := fencepg.Setup(ctx, pool); err != nil { // once, or in a migration
 		log.Fatal(err)
 	}
-	drv, err := fencepg.NewLeaseDriver(pool)
+	drv, err := fencepg.NewLeaseStore(pool)
 	if err != nil {
 		log.Fatal(err)
 	}

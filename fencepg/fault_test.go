@@ -22,7 +22,7 @@ func ctxFor(t *testing.T) context.Context {
 
 func sessionClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
-	d, err := fencepg.NewSessionDriver(pool)
+	d, err := fencepg.NewSessionStore(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,9 +34,9 @@ func sessionClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.ClientOption)
 	return c
 }
 
-func leaseClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.ClientOption) (*fence.Client, *fencepg.LeaseDriver) {
+func leaseClient(t *testing.T, pool *pgxpool.Pool, opts ...fence.ClientOption) (*fence.Client, *fencepg.LeaseStore) {
 	t.Helper()
-	d, err := fencepg.NewLeaseDriver(pool)
+	d, err := fencepg.NewLeaseStore(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

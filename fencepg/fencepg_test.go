@@ -95,7 +95,7 @@ func TestConformanceLease(t *testing.T) {
 			if err != nil {
 				return nil, nil, err
 			}
-			d, err := fencepg.NewLeaseDriver(p)
+			d, err := fencepg.NewLeaseStore(p)
 			if err != nil {
 				p.Close()
 				return nil, nil, err
@@ -144,7 +144,7 @@ func TestConformanceSession(t *testing.T) {
 			if err != nil {
 				return nil, nil, err
 			}
-			d, err := fencepg.NewSessionDriver(p)
+			d, err := fencepg.NewSessionStore(p)
 			if err != nil {
 				p.Close()
 				return nil, nil, err
@@ -383,7 +383,7 @@ func TestSessionTrySkipsHolderRead(t *testing.T) {
 func TestSessionKeepsConnectionsForItsLoad(t *testing.T) {
 	c, seen := tracedSessionClient(t)
 	ctx := ctxFor(t)
-	d := c.Driver().(*fencepg.SessionDriver)
+	d := c.Driver().(*fencepg.SessionStore)
 	var err error
 	// Every new dedicated connection is set up with one statement.
 	dials := func() int {
@@ -437,9 +437,9 @@ func TestOptionsRefusedWhereUnused(t *testing.T) {
 	}
 	defer pool.Close()
 	for call, try := range map[string]func() error{
-		"Strict given to NewLeaseDriver": func() error { _, err := fencepg.NewLeaseDriver(pool, fencepg.Strict()); return err },
-		"WithGuardMetrics given to NewSessionDriver": func() error {
-			_, err := fencepg.NewSessionDriver(pool, fencepg.WithGuardMetrics(nil))
+		"Strict given to NewLeaseStore": func() error { _, err := fencepg.NewLeaseStore(pool, fencepg.Strict()); return err },
+		"WithGuardMetrics given to NewSessionStore": func() error {
+			_, err := fencepg.NewSessionStore(pool, fencepg.WithGuardMetrics(nil))
 			return err
 		},
 		"WithAutoSetup given to NewGuard": func() error { _, err := fencepg.NewGuard(fencepg.WithAutoSetup()); return err },

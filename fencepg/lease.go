@@ -19,7 +19,7 @@ import (
 
 var errDriverClosed = errors.New("fencepg: driver closed")
 
-// LeaseDriver is lease mode: a fence.Driver that keeps one row per key in
+// LeaseStore is lease mode: a fence.Driver that keeps one row per key in
 // the lock table, with its owner, its expiry by the database's clock and
 // its token. Every operation is one statement on a pooled connection, so a
 // lease survives reconnects and, being ordinary replicated data, a
@@ -29,7 +29,7 @@ var errDriverClosed = errors.New("fencepg: driver closed")
 // Choose lease mode unless you need the key freed the moment its holder's
 // connection drops (session mode) or the lock to be part of one
 // transaction (LockTx).
-type LeaseDriver struct {
+type LeaseStore struct {
 	pool *pgxpool.Pool
 	ts   tables
 	auto bool
@@ -45,25 +45,25 @@ type LeaseDriver struct {
 }
 
 var (
-	_ fence.Driver    = (*LeaseDriver)(nil)
-	_ fence.Watcher   = (*LeaseDriver)(nil)
-	_ fence.Inspector = (*LeaseDriver)(nil)
-	_ fence.Lister    = (*LeaseDriver)(nil)
+	_ fence.Driver    = (*LeaseStore)(nil)
+	_ fence.Watcher   = (*LeaseStore)(nil)
+	_ fence.Inspector = (*LeaseStore)(nil)
+	_ fence.Lister    = (*LeaseStore)(nil)
 )
 
-// NewLeaseDriver returns a lease mode driver over pool. The tables must
+// NewLeaseStore returns a lease mode driver over pool. The tables must
 // exist (see Setup), unless WithAutoSetup is given. Close the driver when
 // done: it owns the connection on which waiters listen.
-func NewLeaseDriver(pool *pgxpool.Pool, opts ...Option) (*LeaseDriver, error) {
+func NewLeaseStore(pool *pgxpool.Pool, opts ...Option) (*LeaseStore, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: fencepg: nil pool", fence.ErrInvalidOption)
 	}
-	o, ts, err := collect(opts, "NewLeaseDriver", "WithAutoSetup")
+	o, ts, err := collect(opts, "NewLeaseStore", "WithAutoSetup")
 	if err != nil {
 		return nil, err
 	}
 	L := ts.locks.quoted
-	d := &LeaseDriver{pool: pool, ts: ts, auto: o.autoSetup, listen: newListener(pool, ts.locks.name)}
+	d := &LeaseStore{pool: pool, ts: ts, auto: o.autoSetup, listen: newListener(pool, ts.locks.name)}
 
 	// One statement takes a free or expired row, bumping its token, and
 	// returns the token; it returns no row if the key is held, and
@@ -110,16 +110,16 @@ func NewLeaseDriver(pool *pgxpool.Pool, opts ...Option) (*LeaseDriver, error) {
 }
 
 // Setup creates the tables (see the package function Setup).
-func (d *LeaseDriver) Setup(ctx context.Context) error { return d.ts.setup(ctx, d.pool) }
+func (d *LeaseStore) Setup(ctx context.Context) error { return d.ts.setup(ctx, d.pool) }
 
 // Close stops the driver's LISTEN connection. It does not close the pool
 // and does not release leases (the Client does that).
-func (d *LeaseDriver) Close() error {
+func (d *LeaseStore) Close() error {
 	d.listen.close()
 	return nil
 }
 
-func (d *LeaseDriver) ensureSetup(ctx context.Context) error {
+func (d *LeaseStore) ensureSetup(ctx context.Context) error {
 	if !d.auto {
 		return nil
 	}
@@ -150,7 +150,7 @@ func micros(d time.Duration) int64 {
 }
 
 // TryAcquire implements fence.Driver in one round trip.
-func (d *LeaseDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *LeaseStore) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func (d *LeaseDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.
 
 // heldError returns the *fence.HeldError for key, which a try found
 // held, with its holder if it still has one.
-func (d *LeaseDriver) heldError(ctx context.Context, key string) error {
+func (d *LeaseStore) heldError(ctx context.Context, key string) error {
 	// Scanned into types that need no allocation to scan into (a map or
 	// a pointer would cost several); the metadata is decoded only if
 	// there is a holder.
@@ -198,7 +198,7 @@ func (d *LeaseDriver) heldError(ctx context.Context, key string) error {
 }
 
 type leaseClaim struct {
-	d     *LeaseDriver
+	d     *LeaseStore
 	key   string
 	owner string
 	token int64
@@ -233,12 +233,12 @@ func (c *leaseClaim) Release(ctx context.Context) error {
 
 // Watch implements fence.Watcher with LISTEN on the lock table's channel,
 // over one connection shared by all of the driver's waiters.
-func (d *LeaseDriver) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+func (d *LeaseStore) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	return d.listen.watch(ctx, key)
 }
 
 // Inspect implements fence.Inspector.
-func (d *LeaseDriver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+func (d *LeaseStore) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return fence.Holder{}, err
 	}
@@ -253,7 +253,7 @@ func (d *LeaseDriver) Inspect(ctx context.Context, key string) (fence.Holder, er
 }
 
 // List implements fence.Lister.
-func (d *LeaseDriver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+func (d *LeaseStore) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func (d *LeaseDriver) List(ctx context.Context, prefix string) ([]fence.Holder, 
 	return hs, nil
 }
 
-func (d *LeaseDriver) holders(ctx context.Context, q, arg string) ([]fence.Holder, error) {
+func (d *LeaseStore) holders(ctx context.Context, q, arg string) ([]fence.Holder, error) {
 	rows, err := d.pool.Query(ctx, q, arg)
 	if err != nil {
 		return nil, err

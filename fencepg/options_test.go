@@ -63,7 +63,7 @@ func TestWithTables(t *testing.T) {
 		}
 	}
 
-	lease, err := fencepg.NewLeaseDriver(pool, opt)
+	lease, err := fencepg.NewLeaseStore(pool, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestWithTables(t *testing.T) {
 	}
 	_ = sem.Release(ctx)
 
-	session, err := fencepg.NewSessionDriver(pool, opt)
+	session, err := fencepg.NewSessionStore(pool, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +136,8 @@ func TestWithAutoSetup(t *testing.T) {
 		name string
 		open func(...fencepg.Option) (fence.Driver, error)
 	}{
-		{"lease", func(o ...fencepg.Option) (fence.Driver, error) { return fencepg.NewLeaseDriver(pool, o...) }},
-		{"session", func(o ...fencepg.Option) (fence.Driver, error) { return fencepg.NewSessionDriver(pool, o...) }},
+		{"lease", func(o ...fencepg.Option) (fence.Driver, error) { return fencepg.NewLeaseStore(pool, o...) }},
+		{"session", func(o ...fencepg.Option) (fence.Driver, error) { return fencepg.NewSessionStore(pool, o...) }},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			tables := fencepg.WithTables(fencepg.Tables{Locks: "app." + mode.name + "_locks", Tokens: "app." + mode.name + "_tokens"})

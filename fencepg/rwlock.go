@@ -18,13 +18,13 @@ import (
 // queue behind it; a writer whose wait is cancelled leaves the queue at
 // once.
 
-var _ fence.KindSupporter = (*SessionDriver)(nil)
+var _ fence.KindSupporter = (*SessionStore)(nil)
 
 // Supports implements fence.KindSupporter: session mode does locks and
 // reader-writer locks (shared and exclusive advisory locks). Semaphores
 // are lease mode's: a session cannot wait in the server for whichever of
 // several slots frees first.
-func (d *SessionDriver) Supports(k fence.Kind) bool {
+func (d *SessionStore) Supports(k fence.Kind) bool {
 	return k == fence.KindLock || k == fence.KindRead || k == fence.KindWrite
 }
 
@@ -40,7 +40,7 @@ type advisoryLock struct {
 	try, bump, wait, waitBump, unlock string
 }
 
-func (d *SessionDriver) lockOf(req fence.Request) advisoryLock {
+func (d *SessionStore) lockOf(req fence.Request) advisoryLock {
 	switch req.Kind {
 	case fence.KindRead:
 		return advisoryLock{id: RWAdvisoryID(req.Key), try: d.qTryRead, bump: d.qBumpRW,
@@ -53,7 +53,7 @@ func (d *SessionDriver) lockOf(req fence.Request) advisoryLock {
 		wait: "pg_advisory_lock", waitBump: d.qWait, unlock: "SELECT pg_advisory_unlock($1)"}
 }
 
-func (d *SessionDriver) rwQueries() {
+func (d *SessionStore) rwQueries() {
 	K := d.ts.kinds.quoted
 	// $3 (owner) and $4 (meta) are not stored: many readers share the row.
 	bump := func(src, where string) string {

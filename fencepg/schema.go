@@ -132,7 +132,7 @@ type options struct {
 // WithTables sets the table names; zero fields keep their defaults.
 func WithTables(t Tables) Option { return func(o *options) { o.tables = t } }
 
-// WithAutoSetup makes a driver (NewLeaseDriver, NewSessionDriver) create
+// WithAutoSetup makes a driver (NewLeaseStore, NewSessionStore) create
 // its tables (idempotently, as Setup does) before its first operation, so
 // that a separate migration step is not needed. It needs the rights to
 // create tables.

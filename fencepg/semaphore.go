@@ -23,15 +23,15 @@ import (
 // like a lock's row; a release NOTIFYs waiters on the lock table's
 // channel, and waiters also wake at the earliest holder's expiry.
 
-var _ fence.KindSupporter = (*LeaseDriver)(nil)
+var _ fence.KindSupporter = (*LeaseStore)(nil)
 
 // Supports implements fence.KindSupporter: lease mode does locks and
 // semaphores (slot rows). Reader-writer locks are session mode's.
-func (d *LeaseDriver) Supports(k fence.Kind) bool {
+func (d *LeaseStore) Supports(k fence.Kind) bool {
 	return k == fence.KindLock || k == fence.KindSemaphore
 }
 
-func (d *LeaseDriver) semaphoreQueries() {
+func (d *LeaseStore) semaphoreQueries() {
 	K := d.ts.kinds.quoted
 	d.qSemLock = `INSERT INTO ` + K + ` AS k (kind, key, slot, token) VALUES ('semaphore', $1, -1, 0)
 		ON CONFLICT (kind, key, slot) DO UPDATE SET token = k.token RETURNING k.token`
@@ -73,7 +73,7 @@ func (d *LeaseDriver) semaphoreQueries() {
 }
 
 // trySlot takes a free slot of the semaphore req.Key in one round trip.
-func (d *LeaseDriver) trySlot(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *LeaseStore) trySlot(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	b := &pgx.Batch{}
 	b.Queue(d.qSemLock, req.Key)
 	b.Queue(d.qSemTake, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta), req.Limit)
@@ -109,7 +109,7 @@ func (d *LeaseDriver) trySlot(ctx context.Context, req fence.Request) (fence.Cla
 
 // slotClaim is one lease mode semaphore slot.
 type slotClaim struct {
-	d     *LeaseDriver
+	d     *LeaseStore
 	key   string
 	slot  int64
 	owner string

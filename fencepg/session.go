@@ -19,7 +19,7 @@ import (
 	"github.com/fencing/fence/internal/kit/lossnote"
 )
 
-// SessionDriver is session mode: a fence.Driver whose lease is a session
+// SessionStore is session mode: a fence.Driver whose lease is a session
 // advisory lock (pg_advisory_lock on AdvisoryID(key)) held on a connection
 // dedicated to that lease, never one of the pool's shared connections. The
 // token is bumped in the tokens table on the same connection right after
@@ -39,7 +39,7 @@ import (
 // Keys locked in session mode and in transaction mode (LockTx) exclude
 // each other and share one token counter; lease mode is separate, so do
 // not lock one key in lease mode and in another mode.
-type SessionDriver struct {
+type SessionStore struct {
 	pool *pgxpool.Pool
 	ts   tables
 	auto bool
@@ -67,7 +67,7 @@ type SessionDriver struct {
 	qTryRead, qTryWrite, qWaitRead, qWaitWrite, qBumpRW string
 }
 
-// A SessionDriver keeps unused dedicated connections for later leases:
+// A SessionStore keeps unused dedicated connections for later leases:
 // as many as make, with those in use, the most it had in use at once in
 // the last idleWindow or the one before, and at least minIdle. So a
 // steady load opens no connection, and those a burst opened are closed
@@ -78,27 +78,27 @@ const (
 )
 
 var (
-	_ fence.Driver           = (*SessionDriver)(nil)
-	_ fence.BlockingAcquirer = (*SessionDriver)(nil)
-	_ fence.Inspector        = (*SessionDriver)(nil)
-	_ fence.Lister           = (*SessionDriver)(nil)
+	_ fence.Driver           = (*SessionStore)(nil)
+	_ fence.BlockingAcquirer = (*SessionStore)(nil)
+	_ fence.Inspector        = (*SessionStore)(nil)
+	_ fence.Lister           = (*SessionStore)(nil)
 	_ fence.SessionClaim     = (*sessionClaim)(nil)
 )
 
-// NewSessionDriver returns a session mode driver. It opens its dedicated
+// NewSessionStore returns a session mode driver. It opens its dedicated
 // connections with pool's connection settings, outside the pool. The
 // tables must exist (see Setup), unless WithAutoSetup is given. Close the
 // driver when done.
-func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error) {
+func NewSessionStore(pool *pgxpool.Pool, opts ...Option) (*SessionStore, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: fencepg: nil pool", fence.ErrInvalidOption)
 	}
-	o, ts, err := collect(opts, "NewSessionDriver", "WithAutoSetup")
+	o, ts, err := collect(opts, "NewSessionStore", "WithAutoSetup")
 	if err != nil {
 		return nil, err
 	}
 	T := ts.tokens.quoted
-	d := &SessionDriver{pool: pool, ts: ts, auto: o.autoSetup, active: make(map[*sessionClaim]struct{}),
+	d := &SessionStore{pool: pool, ts: ts, auto: o.autoSetup, active: make(map[*sessionClaim]struct{}),
 		watches: delayq.New(watchDelay), windowStart: time.Now(), idleWindow: idleWindow}
 	bumpFrom := func(src, where string) string {
 		return `INSERT INTO ` + T + ` AS t (key, lock_id, token, owner, holder_pid, meta, acquired_at)
@@ -138,12 +138,12 @@ func NewSessionDriver(pool *pgxpool.Pool, opts ...Option) (*SessionDriver, error
 }
 
 // Setup creates the tables (see the package function Setup).
-func (d *SessionDriver) Setup(ctx context.Context) error { return d.ts.setup(ctx, d.pool) }
+func (d *SessionStore) Setup(ctx context.Context) error { return d.ts.setup(ctx, d.pool) }
 
 // Close closes the driver's idle dedicated connections, and the
 // connections of leases still held (which frees their locks). The Client
 // releases its leases before; Close does not close the pool.
-func (d *SessionDriver) Close() error {
+func (d *SessionStore) Close() error {
 	d.watches.Close()
 	d.mu.Lock()
 	d.closed = true
@@ -168,7 +168,7 @@ func (d *SessionDriver) Close() error {
 	return nil
 }
 
-func (d *SessionDriver) ensureSetup(ctx context.Context) error {
+func (d *SessionStore) ensureSetup(ctx context.Context) error {
 	if !d.auto {
 		return nil
 	}
@@ -187,7 +187,7 @@ func (d *SessionDriver) ensureSetup(ctx context.Context) error {
 // take returns a dedicated connection holding no lock, for an
 // acquisition, which ends in newClaim or, when it fails, in a call to
 // acquired.
-func (d *SessionDriver) take(ctx context.Context) (*pgx.Conn, error) {
+func (d *SessionStore) take(ctx context.Context) (*pgx.Conn, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
@@ -221,7 +221,7 @@ func (d *SessionDriver) take(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // acquired ends an acquisition that took a connection.
-func (d *SessionDriver) acquired() {
+func (d *SessionStore) acquired() {
 	d.mu.Lock()
 	d.acquiring--
 	d.mu.Unlock()
@@ -230,7 +230,7 @@ func (d *SessionDriver) acquired() {
 // idleLimit starts a new idle window if the current one is over, and
 // returns how many connections, in use and idle, the driver keeps. d.mu
 // is held.
-func (d *SessionDriver) idleLimit(now time.Time) int {
+func (d *SessionStore) idleLimit(now time.Time) int {
 	if since := now.Sub(d.windowStart); since >= d.idleWindow {
 		inUse := len(d.active) + d.acquiring
 		d.prevPeak = d.peak
@@ -246,7 +246,7 @@ func (d *SessionDriver) idleLimit(now time.Time) int {
 // put keeps a connection that holds no lock for a later lease, unless
 // the driver has as many as it keeps (see minIdle); then it closes it,
 // and any idle ones beyond that, the longest unused first.
-func (d *SessionDriver) put(c *pgx.Conn) {
+func (d *SessionStore) put(c *pgx.Conn) {
 	var extra []*pgx.Conn
 	d.mu.Lock()
 	if !d.closed && !c.IsClosed() {
@@ -274,7 +274,7 @@ const unlockTimeout = 5 * time.Second
 // a lock: after an error reported by the server the connection is sound,
 // and unlocking everything on it frees the lock at once; otherwise it is
 // closed, and the server frees the lock when it sees the connection end.
-func (d *SessionDriver) drop(conn *pgx.Conn, err error) {
+func (d *SessionStore) drop(conn *pgx.Conn, err error) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && !conn.IsClosed() {
 		ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
@@ -289,7 +289,7 @@ func (d *SessionDriver) drop(conn *pgx.Conn, err error) {
 
 // TryAcquire implements fence.Driver: one round trip on a dedicated
 // connection, plus one to read the holder when the key is held.
-func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *SessionStore) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	conn, err := d.take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
@@ -323,7 +323,7 @@ func (d *SessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 // the token once granted, in one statement. When ctx ends first it
 // cancels the wait in the server and closes the connection, so no lock
 // and no queued request is left behind.
-func (d *SessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *SessionStore) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	conn, err := d.take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
@@ -370,7 +370,7 @@ func waitLock(ctx context.Context, conn *pgx.Conn, wait func() error) error {
 	}, wait)
 }
 
-func (d *SessionDriver) acquireError(ctx context.Context, req fence.Request, id int64, err error) error {
+func (d *SessionStore) acquireError(ctx context.Context, req fence.Request, id int64, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		if req.Kind != fence.KindLock {
@@ -381,7 +381,7 @@ func (d *SessionDriver) acquireError(ctx context.Context, req fence.Request, id 
 	return fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
 }
 
-func (d *SessionDriver) collision(ctx context.Context, key string, id int64) error {
+func (d *SessionStore) collision(ctx context.Context, key string, id int64) error {
 	var other string
 	_ = d.pool.QueryRow(ctx, `SELECT key FROM `+d.ts.tokens.quoted+` WHERE lock_id = $1`, id).Scan(&other)
 	return fmt.Errorf("%w: %q and %.64q both map to %d", ErrKeyCollision, key, other, id)
@@ -389,7 +389,7 @@ func (d *SessionDriver) collision(ctx context.Context, key string, id int64) err
 
 // heldError returns the *fence.HeldError for key, with its holder if it
 // can be read.
-func (d *SessionDriver) heldError(ctx context.Context, key string, id int64) error {
+func (d *SessionStore) heldError(ctx context.Context, key string, id int64) error {
 	hs, err := d.holders(ctx, d.qHolder, id)
 	if err != nil || len(hs) == 0 {
 		return &fence.HeldError{Key: key}
@@ -401,7 +401,7 @@ func (d *SessionDriver) heldError(ctx context.Context, key string, id int64) err
 }
 
 // Inspect implements fence.Inspector from pg_locks and the tokens table.
-func (d *SessionDriver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+func (d *SessionStore) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return fence.Holder{}, err
 	}
@@ -416,7 +416,7 @@ func (d *SessionDriver) Inspect(ctx context.Context, key string) (fence.Holder, 
 }
 
 // List implements fence.Lister.
-func (d *SessionDriver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+func (d *SessionStore) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
@@ -427,7 +427,7 @@ func (d *SessionDriver) List(ctx context.Context, prefix string) ([]fence.Holder
 	return hs, nil
 }
 
-func (d *SessionDriver) holders(ctx context.Context, q string, arg any) ([]fence.Holder, error) {
+func (d *SessionStore) holders(ctx context.Context, q string, arg any) ([]fence.Holder, error) {
 	rows, err := d.pool.Query(ctx, q, arg)
 	if err != nil {
 		return nil, err
@@ -441,7 +441,7 @@ func (d *SessionDriver) holders(ctx context.Context, q string, arg any) ([]fence
 	return hs, err
 }
 
-func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryLock, token int64) *sessionClaim {
+func (d *SessionStore) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryLock, token int64) *sessionClaim {
 	c := &sessionClaim{d: d, conn: conn, key: req.Key, owner: req.Owner, id: lk.id, unlock: lk.unlock, token: token, Note: lossnote.New()}
 	d.mu.Lock()
 	d.active[c] = struct{}{}
@@ -453,7 +453,7 @@ func (d *SessionDriver) newClaim(conn *pgx.Conn, req fence.Request, lk advisoryL
 
 // sessionClaim is one session-mode lease: its lock is held by conn.
 type sessionClaim struct {
-	d              *SessionDriver
+	d              *SessionStore
 	conn           *pgx.Conn
 	key            string
 	owner          string

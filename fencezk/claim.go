@@ -14,7 +14,7 @@ import (
 
 // claim is one granted lease: the holder's ephemeral znode.
 type claim struct {
-	d              *Driver
+	d              *Store
 	key            string
 	path           string
 	czxid          int64
@@ -23,7 +23,7 @@ type claim struct {
 	*lossnote.Note                    // NotifyLost
 }
 
-func (d *Driver) newClaim(key, path string, czxid int64) *claim {
+func (d *Store) newClaim(key, path string, czxid int64) *claim {
 	ctx, cancel := context.WithCancel(d.ctx)
 	c := &claim{d: d, key: key, path: path, czxid: czxid, sid: d.conn.SessionID(), stop: cancel, Note: lossnote.New()}
 	d.wg.Go(func() { c.watch(ctx) })

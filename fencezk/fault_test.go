@@ -26,7 +26,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func dial(t *testing.T, addr string, session time.Duration, opts ...fencezk.Option) *fencezk.Driver {
+func dial(t *testing.T, addr string, session time.Duration, opts ...fencezk.Option) *fencezk.Store {
 	t.Helper()
 	d, err := fencezk.Dial([]string{addr}, session, opts...)
 	if err != nil {
@@ -47,7 +47,7 @@ func newFence(t *testing.T, d fence.Driver, opts ...fence.ClientOption) *fence.C
 	return c
 }
 
-func waitChildren(t *testing.T, conn *zk.Conn, d *fencezk.Driver, key string, n int) {
+func waitChildren(t *testing.T, conn *zk.Conn, d *fencezk.Store, key string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for len(children(t, conn, d, key)) != n {

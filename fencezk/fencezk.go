@@ -85,8 +85,8 @@ import (
 // WithRoot says otherwise.
 const DefaultRoot = "/fence"
 
-// Driver is a fence.Driver on ZooKeeper. It is safe for concurrent use.
-type Driver struct {
+// Store is a fence.Driver on ZooKeeper. It is safe for concurrent use.
+type Store struct {
 	conn           *zk.Conn
 	ownConn        bool
 	sessionTimeout time.Duration
@@ -100,38 +100,38 @@ type Driver struct {
 }
 
 var (
-	_ fence.Driver           = (*Driver)(nil)
-	_ fence.BlockingAcquirer = (*Driver)(nil)
-	_ fence.Inspector        = (*Driver)(nil)
-	_ fence.Lister           = (*Driver)(nil)
+	_ fence.Driver           = (*Store)(nil)
+	_ fence.BlockingAcquirer = (*Store)(nil)
+	_ fence.Inspector        = (*Store)(nil)
+	_ fence.Lister           = (*Store)(nil)
 	_ fence.SessionClaim     = (*claim)(nil)
 )
 
-// Option configures a Driver.
-type Option func(*Driver)
+// Option configures a Store.
+type Option func(*Store)
 
 // WithRoot sets the znode under which the driver keeps its queues, like a
 // chroot: "/myapp/locks". Default DefaultRoot ("/fence"). It and its
 // ancestors are created as persistent znodes when first needed. Drivers
 // that share a root share locks.
 func WithRoot(root string) Option {
-	return func(d *Driver) { d.root = "/" + strings.Trim(root, "/") }
+	return func(d *Store) { d.root = "/" + strings.Trim(root, "/") }
 }
 
 // WithACL sets the ACL of the znodes the driver creates. Default
 // zk.WorldACL(zk.PermAll).
 func WithACL(acl []zk.ACL) Option {
-	return func(d *Driver) { d.acl = acl }
+	return func(d *Store) { d.acl = acl }
 }
 
-// New returns a Driver over conn, which the caller keeps and closes after
-// the Driver. sessionTimeout must be the session timeout the server
+// New returns a Store over conn, which the caller keeps and closes after
+// the Store. sessionTimeout must be the session timeout the server
 // granted conn (the one given to zk.Connect, if the server's
 // minSessionTimeout and maxSessionTimeout allow it): the driver refuses
 // lease TTLs longer than it, so that the server can never expire the
 // session while a lease is still valid locally.
-func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Driver {
-	d := &Driver{conn: conn, sessionTimeout: sessionTimeout, root: DefaultRoot, acl: zk.WorldACL(zk.PermAll)}
+func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Store {
+	d := &Store{conn: conn, sessionTimeout: sessionTimeout, root: DefaultRoot, acl: zk.WorldACL(zk.PermAll)}
 	for _, o := range opts {
 		o(d)
 	}
@@ -141,7 +141,7 @@ func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Driver {
 
 // Dial connects to the ZooKeeper ensemble at servers ("host:port") with a
 // session of sessionTimeout, waits (at most sessionTimeout) until the
-// session is established, and returns a Driver that owns the connection:
+// session is established, and returns a Store that owns the connection:
 // Close closes it, which ends the session and frees every key the driver
 // held or waited for at once. The connection logs nothing.
 //
@@ -153,7 +153,7 @@ func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) *Driver {
 // The server may grant a shorter session timeout than asked (it clamps it
 // to its minSessionTimeout and maxSessionTimeout); the driver then refuses
 // lease TTLs longer than the granted one (see MaxTTL).
-func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
+func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Store, error) {
 	g := &grantWatch{ready: make(chan struct{})}
 	hosts := zk.NewDNSHostProvider()
 	r := newRefusals(hosts)
@@ -199,7 +199,7 @@ func (g *grantWatch) Printf(format string, args ...any) {
 
 // sessionLimit is the longest TTL the driver grants: the session timeout
 // asked for, or the one the server granted if shorter and known.
-func (d *Driver) sessionLimit() time.Duration {
+func (d *Store) sessionLimit() time.Duration {
 	if d.granted != nil {
 		if ms := d.granted.Load(); ms > 0 {
 			return min(d.sessionTimeout, time.Duration(ms)*time.Millisecond)
@@ -214,11 +214,11 @@ func (d *Driver) sessionLimit() time.Duration {
 // maxSessionTimeout, 40 s by default), else as given to New. TryAcquire
 // and Acquire refuse longer TTLs with an error matching
 // fence.ErrInvalidTTL.
-func (d *Driver) MaxTTL() time.Duration { return d.sessionLimit() }
+func (d *Store) MaxTTL() time.Duration { return d.sessionLimit() }
 
 // Close stops the driver's watches and, if the driver owns its connection
 // (Dial), closes it.
-func (d *Driver) Close() error {
+func (d *Store) Close() error {
 	d.cancel()
 	if d.ownConn {
 		d.conn.Close()
@@ -228,14 +228,14 @@ func (d *Driver) Close() error {
 }
 
 // Conn returns the driver's ZooKeeper connection.
-func (d *Driver) Conn() *zk.Conn { return d.conn }
+func (d *Store) Conn() *zk.Conn { return d.conn }
 
 // names escapes keys and owners into znode names: printable ASCII but "/",
 // "." and the escape byte, so no name is "." or "..".
 var names = keyenc.New('%', keyenc.Printable("/."))
 
 // KeyPath returns the znode under which key's queue lives.
-func (d *Driver) KeyPath(key string) string { return d.root + "/" + names.Encode(key) }
+func (d *Store) KeyPath(key string) string { return d.root + "/" + names.Encode(key) }
 
 // seqLen is the length of the sequence ZooKeeper appends to sequential
 // znode names.
@@ -283,7 +283,7 @@ type entry struct {
 	Meta  map[string]string `json:"meta,omitempty"`
 }
 
-func (d *Driver) checkTTL(req fence.Request) error {
+func (d *Store) checkTTL(req fence.Request) error {
 	if limit := d.sessionLimit(); req.TTL > limit {
 		return fmt.Errorf("%w: %v for key %q is longer than the ZooKeeper session timeout %v: the session could expire while the lease is valid",
 			fence.ErrInvalidTTL, req.TTL, req.Key, limit)
@@ -292,7 +292,7 @@ func (d *Driver) checkTTL(req fence.Request) error {
 }
 
 // TryAcquire implements fence.Driver.
-func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	if err := d.checkTTL(req); err != nil {
 		return nil, err
 	}
@@ -325,7 +325,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim
 }
 
 // Acquire implements fence.BlockingAcquirer.
-func (d *Driver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	if err := d.checkTTL(req); err != nil {
 		return nil, err
 	}
@@ -353,7 +353,7 @@ func parentOf(path string) string { return path[:strings.LastIndexByte(path, '/'
 // missing. It returns the child's path, its czxid, and the number of
 // children the queue had then, its own included: all the others were
 // queued before it.
-func (d *Driver) enqueue(ctx context.Context, req fence.Request) (path string, czxid int64, children int32, err error) {
+func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, czxid int64, children int32, err error) {
 	data, _ := json.Marshal(entry{Owner: req.Owner, Meta: req.Meta})
 	parent, prefix := d.queuePath(req)
 	// The key's container may be removed by the server between our
@@ -386,7 +386,7 @@ func (d *Driver) enqueue(ctx context.Context, req fence.Request) (path string, c
 
 // makeContainer creates the container znode path, and the root's persistent
 // znodes if they are missing.
-func (d *Driver) makeContainer(ctx context.Context, path string) error {
+func (d *Store) makeContainer(ctx context.Context, path string) error {
 	err := d.await(ctx, func() error {
 		_, err := d.conn.CreateContainer(path, nil, zk.FlagContainer, d.acl)
 		return err
@@ -403,7 +403,7 @@ func (d *Driver) makeContainer(ctx context.Context, path string) error {
 	return err
 }
 
-func (d *Driver) makeRoot(ctx context.Context) error {
+func (d *Store) makeRoot(ctx context.Context) error {
 	parts := strings.Split(strings.Trim(d.root, "/"), "/")
 	for i := range parts {
 		p := "/" + strings.Join(parts[:i+1], "/")
@@ -424,13 +424,13 @@ var errEntryGone = errors.New("fencezk: queue entry vanished while waiting (sess
 // for (rwpref.WaitsFor: for a lock or a writer the one just before, for a
 // reader the last writer before), watching only that one (no thundering
 // herd), and confirms through the leader that path still exists.
-func (d *Driver) waitTurn(ctx context.Context, path string) error {
+func (d *Store) waitTurn(ctx context.Context, path string) error {
 	return fifo.WaitTurn(ctx, turn{d: d, path: path})
 }
 
 // turn is a waiting child's view of its queue, for fifo.WaitTurn.
 type turn struct {
-	d    *Driver
+	d    *Store
 	path string
 }
 
@@ -488,7 +488,7 @@ var errClosed = errors.New("fencezk: driver closed")
 
 // check succeeds if path exists, through the leader (a multi with one
 // version check), which also proves the session alive.
-func (d *Driver) check(ctx context.Context, path string) error {
+func (d *Store) check(ctx context.Context, path string) error {
 	return d.await(ctx, func() error {
 		_, err := d.conn.Multi(&zk.CheckVersionRequest{Path: path, Version: 0})
 		return err
@@ -499,13 +499,13 @@ func (d *Driver) check(ctx context.Context, path string) error {
 // found others, a cancelled or failed wait) before the call returns. Its
 // name is unique to one acquisition, so the delete touches nothing else.
 // If it fails (no connection), the entry still goes when the session ends.
-func (d *Driver) abandon(path string) {
+func (d *Store) abandon(path string) {
 	_ = d.conn.Delete(path, -1)
 }
 
 // abandonPrefix deletes the entry whose name starts with prefix, for a
 // create whose outcome is unknown.
-func (d *Driver) abandonPrefix(parent, prefix string) {
+func (d *Store) abandonPrefix(parent, prefix string) {
 	d.wg.Go(func() {
 		kids, _, err := d.conn.Children(parent)
 		if err != nil {
@@ -522,7 +522,7 @@ func (d *Driver) abandonPrefix(parent, prefix string) {
 // await runs fn, a ZooKeeper call that takes no context, and returns its
 // error, or ctx's if ctx ends first. In that case fn still completes in
 // the background, and late (if set) runs after it succeeds.
-func (d *Driver) await(ctx context.Context, fn func() error, late func()) error {
+func (d *Store) await(ctx context.Context, fn func() error, late func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -545,12 +545,12 @@ func (d *Driver) await(ctx context.Context, fn func() error, late func()) error 
 
 // Inspect implements fence.Inspector. Leases here end with their session,
 // so Holder.ExpiresIn is 0.
-func (d *Driver) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	return d.holder(ctx, key, d.KeyPath(key))
 }
 
 // holder returns the first entry of the queue under parent.
-func (d *Driver) holder(ctx context.Context, key, parent string) (fence.Holder, error) {
+func (d *Store) holder(ctx context.Context, key, parent string) (fence.Holder, error) {
 	var kids []string
 	err := d.await(ctx, func() (err error) {
 		kids, _, err = d.conn.Children(parent)
@@ -589,7 +589,7 @@ func (d *Driver) holder(ctx context.Context, key, parent string) (fence.Holder, 
 
 // List implements fence.Lister: it reads the root's children, then each
 // matching key's holder.
-func (d *Driver) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	var kids []string
 	err := d.await(ctx, func() (err error) {
 		kids, _, err = d.conn.Children(d.root)

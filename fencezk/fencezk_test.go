@@ -71,14 +71,14 @@ func open(connect string) (fence.Driver, func() error, error) {
 
 // opened holds the drivers open in this process, for killSession to find
 // a session's password.
-var opened sync.Map // *fencezk.Driver -> struct{}
+var opened sync.Map // *fencezk.Store -> struct{}
 
 // killSession ends, in the server, the session of the holder of key in
 // kind (the first znode of its queue), as its expiry would: it attaches to
 // the session with its id and password on a connection of its own and
 // closes it, then waits until the server has deleted the session's
 // znodes. The holder's driver must be open in this process.
-func killSession(conn *zk.Conn, layout *fencezk.Driver, addr, key string, kind fence.Kind) error {
+func killSession(conn *zk.Conn, layout *fencezk.Store, addr, key string, kind fence.Kind) error {
 	parent := kindPath(layout, key, kind)
 	kids, _, err := conn.Children(parent)
 	if err != nil {
@@ -95,7 +95,7 @@ func killSession(conn *zk.Conn, layout *fencezk.Driver, addr, key string, kind f
 	}
 	var passwd []byte
 	opened.Range(func(d, _ any) bool {
-		c := d.(*fencezk.Driver).Conn()
+		c := d.(*fencezk.Store).Conn()
 		if c.SessionID() == st.EphemeralOwner {
 			// go-zookeeper keeps the session's password to itself.
 			passwd = bytes.Clone(reflect.ValueOf(c).Elem().FieldByName("passwd").Bytes())
@@ -173,7 +173,7 @@ func closeSession(addr string, id int64, passwd []byte) error {
 }
 
 // children returns the queue of key (znode names, lowest sequence first).
-func children(t *testing.T, conn *zk.Conn, d *fencezk.Driver, key string) []string {
+func children(t *testing.T, conn *zk.Conn, d *fencezk.Store, key string) []string {
 	t.Helper()
 	kids, _, err := conn.Children(d.KeyPath(key))
 	if err == zk.ErrNoNode {
@@ -187,7 +187,7 @@ func children(t *testing.T, conn *zk.Conn, d *fencezk.Driver, key string) []stri
 }
 
 // kindPath is the container of key's queue of kind (see kinds.go).
-func kindPath(d *fencezk.Driver, key string, kind fence.Kind) string {
+func kindPath(d *fencezk.Store, key string, kind fence.Kind) string {
 	switch kind {
 	case fence.KindSemaphore:
 		return d.KeyPath(key) + "%sem"

@@ -43,13 +43,13 @@ import (
 
 // Supports implements fence.KindSupporter: locks, semaphores and
 // reader-writer locks, all as FIFO queues.
-func (d *Driver) Supports(k fence.Kind) bool { return k <= fence.KindWrite }
+func (d *Store) Supports(k fence.Kind) bool { return k <= fence.KindWrite }
 
-var _ fence.KindSupporter = (*Driver)(nil)
+var _ fence.KindSupporter = (*Store)(nil)
 
 // queuePath returns the znode of req's queue and the name prefix of its
 // sequential child.
-func (d *Driver) queuePath(req fence.Request) (parent, prefix string) {
+func (d *Store) queuePath(req fence.Request) (parent, prefix string) {
 	owner := names.Encode(req.Owner)
 	base := d.KeyPath(req.Key)
 	switch req.Kind {
@@ -67,7 +67,7 @@ func (d *Driver) queuePath(req fence.Request) (parent, prefix string) {
 // as the n-th child of its queue, holds at once. For a semaphore it fails
 // with ErrLimitMismatch if the queue's first child, a holder, was queued
 // with another limit.
-func (d *Driver) holdsNow(ctx context.Context, req fence.Request, path string, n int32) (bool, error) {
+func (d *Store) holdsNow(ctx context.Context, req fence.Request, path string, n int32) (bool, error) {
 	q, i, err := d.listQueue(ctx, path)
 	if err != nil {
 		return false, err
@@ -84,7 +84,7 @@ func (d *Driver) holdsNow(ctx context.Context, req fence.Request, path string, n
 }
 
 // listQueue lists the queue of path and finds path in it.
-func (d *Driver) listQueue(ctx context.Context, path string) ([]child, int, error) {
+func (d *Store) listQueue(ctx context.Context, path string) ([]child, int, error) {
 	parent, name := parentOf(path), path[strings.LastIndexByte(path, '/')+1:]
 	var kids []string
 	if err := d.await(ctx, func() (err error) {
@@ -105,7 +105,7 @@ func (d *Driver) listQueue(ctx context.Context, path string) ([]child, int, erro
 // unless it is ours, was queued with a limit other than req's. A read from
 // a follower may still show a child that has gone: a mismatch is
 // confirmed through the leader first.
-func (d *Driver) checkLimit(ctx context.Context, req fence.Request, path string, q []child, i int) error {
+func (d *Store) checkLimit(ctx context.Context, req fence.Request, path string, q []child, i int) error {
 	for len(q) > 0 && i > 0 && q[0].limit != req.Limit {
 		err := d.check(ctx, parentOf(path)+"/"+q[0].name)
 		if err == nil {
@@ -121,7 +121,7 @@ func (d *Driver) checkLimit(ctx context.Context, req fence.Request, path string,
 
 // waitKind waits until the child at path, queued as the n-th child of its
 // queue, holds.
-func (d *Driver) waitKind(ctx context.Context, req fence.Request, path string, n int32) error {
+func (d *Store) waitKind(ctx context.Context, req fence.Request, path string, n int32) error {
 	switch req.Kind {
 	case fence.KindRead:
 		return d.waitTurn(ctx, path)
@@ -145,7 +145,7 @@ func (d *Driver) waitKind(ctx context.Context, req fence.Request, path string, n
 // deletion before it may free a slot, so it watches the queue's children
 // and looks again after each change: a release wakes every waiter of the
 // semaphore for one listing each.
-func (d *Driver) waitSlot(ctx context.Context, path string, limit int) error {
+func (d *Store) waitSlot(ctx context.Context, path string, limit int) error {
 	parent, name := parentOf(path), path[strings.LastIndexByte(path, '/')+1:]
 	for {
 		var (

@@ -10,12 +10,12 @@ import (
 	"github.com/fencing/fence"
 )
 
-var _ fence.WaiterCounter = (*Driver)(nil)
+var _ fence.WaiterCounter = (*Store)(nil)
 
 // Waiters implements fence.WaiterCounter for locks: every entry of the
 // key's queue behind the holder's waits for it. A contender that stopped
 // waiting has deleted its entry, or its session's expiry will.
-func (d *Driver) Waiters(ctx context.Context, key string) (int, error) {
+func (d *Store) Waiters(ctx context.Context, key string) (int, error) {
 	var kids []string
 	err := d.await(ctx, func() (err error) {
 		kids, _, err = d.conn.Children(d.KeyPath(key))

@@ -47,12 +47,12 @@ func TestOpenEtcd(t *testing.T) {
 		hosts = append(hosts, strings.TrimPrefix(e, "http://"))
 	}
 	useStore(t, "etcd://"+strings.Join(hosts, ",")+"/apps/locks", func(d fence.Driver) {
-		if e, ok := d.(*fenceetcd.Driver); !ok || e.Prefix() != "apps/locks/" {
-			t.Errorf("opened %T with prefix %q; want a *fenceetcd.Driver with prefix apps/locks/", d, e.Prefix())
+		if e, ok := d.(*fenceetcd.Store); !ok || e.Prefix() != "apps/locks/" {
+			t.Errorf("opened %T with prefix %q; want a *fenceetcd.Store with prefix apps/locks/", d, e.Prefix())
 		}
 	})
 	useStore(t, "etcd://"+hosts[0], func(d fence.Driver) {
-		if e := d.(*fenceetcd.Driver); e.Prefix() != fenceetcd.DefaultPrefix+"/" {
+		if e := d.(*fenceetcd.Store); e.Prefix() != fenceetcd.DefaultPrefix+"/" {
 			t.Errorf("default prefix %q", e.Prefix())
 		}
 	})
@@ -61,8 +61,8 @@ func TestOpenEtcd(t *testing.T) {
 func TestOpenZK(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	useStore(t, "zk://"+srv.Addr()+"/apps/locks?session_timeout=10s", func(d fence.Driver) {
-		if z, ok := d.(*fencezk.Driver); !ok || z.KeyPath("k") != "/apps/locks/k" {
-			t.Errorf("opened %T; want a *fencezk.Driver rooted at /apps/locks", d)
+		if z, ok := d.(*fencezk.Store); !ok || z.KeyPath("k") != "/apps/locks/k" {
+			t.Errorf("opened %T; want a *fencezk.Store rooted at /apps/locks", d)
 		}
 	})
 }
@@ -70,8 +70,8 @@ func TestOpenZK(t *testing.T) {
 func TestOpenNATS(t *testing.T) {
 	srv := testserver.NATS(t)
 	useStore(t, srv.URL()+"/locks", func(d fence.Driver) {
-		if n, ok := d.(*fencenats.Driver); !ok || n.KeyValue().Bucket() != "locks" {
-			t.Errorf("opened %T; want a *fencenats.Driver on bucket locks", d)
+		if n, ok := d.(*fencenats.Store); !ok || n.KeyValue().Bucket() != "locks" {
+			t.Errorf("opened %T; want a *fencenats.Store on bucket locks", d)
 		}
 	})
 }

@@ -69,14 +69,14 @@ func openPostgres(ctx context.Context, u *url.URL) (fence.Driver, io.Closer, err
 	)
 	switch mode {
 	case "", "lease":
-		d, err := fencepg.NewLeaseDriver(pool, opts...)
+		d, err := fencepg.NewLeaseStore(pool, opts...)
 		if err != nil {
 			pool.Close()
 			return nil, nil, badURL(u, "%v", err)
 		}
 		drv, closer = d, d.Close
 	case "session":
-		d, err := fencepg.NewSessionDriver(pool, opts...)
+		d, err := fencepg.NewSessionStore(pool, opts...)
 		if err != nil {
 			pool.Close()
 			return nil, nil, badURL(u, "%v", err)

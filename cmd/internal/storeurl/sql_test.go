@@ -20,10 +20,10 @@ func TestOpenPostgres(t *testing.T) {
 	ctx := context.Background()
 	base := strings.Replace(srv.DSN(), "postgres://postgres@", "postgres://postgres:s3cret@", 1) // trust auth ignores it
 	for raw, want := range map[string]string{
-		base:                   "*fencepg.LeaseDriver",
-		base + "&mode=lease":   "*fencepg.LeaseDriver",
-		base + "&mode=session": "*fencepg.SessionDriver",
-		strings.Replace(base, "postgres:", "postgresql:", 1) + "&mode=session&tokens_table=other_tokens": "*fencepg.SessionDriver",
+		base:                   "*fencepg.LeaseStore",
+		base + "&mode=lease":   "*fencepg.LeaseStore",
+		base + "&mode=session": "*fencepg.SessionStore",
+		strings.Replace(base, "postgres:", "postgresql:", 1) + "&mode=session&tokens_table=other_tokens": "*fencepg.SessionStore",
 	} {
 		drv, closer, err := storeurl.Open(ctx, raw)
 		if err != nil {
@@ -31,7 +31,7 @@ func TestOpenPostgres(t *testing.T) {
 			continue
 		}
 		switch drv.(type) {
-		case *fencepg.LeaseDriver, *fencepg.SessionDriver:
+		case *fencepg.LeaseStore, *fencepg.SessionStore:
 		default:
 			t.Errorf("Open(%s) = %T; want %s", storeurl.Redact(raw), drv, want)
 		}
@@ -61,8 +61,8 @@ func TestOpenMySQL(t *testing.T) {
 			t.Errorf("Open(%s): %v", raw, err)
 			continue
 		}
-		if _, ok := drv.(*fencemysql.Driver); !ok {
-			t.Errorf("Open(%s) = %T; want *fencemysql.Driver", raw, drv)
+		if _, ok := drv.(*fencemysql.Store); !ok {
+			t.Errorf("Open(%s) = %T; want *fencemysql.Store", raw, drv)
 		}
 		useDriver(t, drv)
 		if err := closer.Close(); err != nil {
