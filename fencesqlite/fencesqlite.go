@@ -1,0 +1,359 @@
+package fencesqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/metajson"
+)
+
+// DefaultBusyTimeout is how long an operation waits for another
+// connection's write transaction to end, unless WithBusyTimeout says
+// otherwise.
+const DefaultBusyTimeout = 5 * time.Second
+
+// Table is the name of the lock table.
+const Table = "fence_locks"
+
+// ErrNetworkFS is returned by Open for a database on a network or
+// user-space file system, where SQLite's locks and shared memory do not
+// keep processes apart.
+var ErrNetworkFS = errors.New("fencesqlite: database on a network file system")
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	busy  time.Duration
+	now   func() time.Time
+	anyFS bool
+}
+
+// WithBusyTimeout sets how long an operation waits for the write lock
+// while another connection (of this or another process) writes, before
+// it fails with SQLite's "database is locked". The context's deadline
+// ends the wait too. It must be at least a millisecond.
+func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busy = d } }
+
+// AllowNetworkFS turns off Open's refusal of network and user-space file
+// systems, for a file system that statfs cannot tell from one (such as
+// fuse-overlayfs under a rootless container) and that only processes of
+// one host use. On a file system shared by several hosts the store is
+// unsafe: SQLite's locks and WAL shared memory do not reach across hosts.
+func AllowNetworkFS() Option { return func(o *options) { o.anyFS = true } }
+
+// Store is a fence.Driver keeping leases in an SQLite database file. It
+// is safe for concurrent use; any number of Stores, in any number of
+// processes of the host, may share one file.
+type Store struct {
+	db   *sql.DB
+	path string
+	now  func() time.Time
+}
+
+var (
+	_ fence.Driver    = (*Store)(nil)
+	_ fence.Inspector = (*Store)(nil)
+	_ fence.Lister    = (*Store)(nil)
+)
+
+// Open opens (creating it if needed) the SQLite database at path, in WAL
+// mode, and creates the lock table if it does not exist. The directory
+// must exist. Open refuses a database on a network file system (see
+// ErrNetworkFS). Close the Store when done.
+func Open(path string, opts ...Option) (*Store, error) {
+	o := options{busy: DefaultBusyTimeout, now: time.Now}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.busy < time.Millisecond {
+		return nil, fmt.Errorf("%w: fencesqlite: busy timeout %v: at least 1ms", fence.ErrInvalidOption, o.busy)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: fencesqlite: empty database path", fence.ErrInvalidOption)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("fencesqlite: %w", err)
+	}
+	dir := filepath.Dir(abs)
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("fencesqlite: database directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("fencesqlite: %s is not a directory", dir)
+	}
+	if fs := networkFS(dir); fs != "" && !o.anyFS {
+		return nil, fmt.Errorf("%w: %s is on %s; SQLite's locks do not work there, keep the database on a local disk",
+			ErrNetworkFS, abs, fs)
+	}
+	// A file: URI, so that any character of the path is escaped, and
+	// modernc's own parameters: the busy timeout first (before anything
+	// that may need the write lock), WAL mode, and every transaction
+	// begun with BEGIN IMMEDIATE.
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.busy.Milliseconds()))
+	q.Add("_pragma", "journal_mode(wal)")
+	q.Add("_txlock", "immediate")
+	dsn := "file:" + (&url.URL{Path: abs}).EscapedPath() + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("fencesqlite: open %s: %w", abs, err)
+	}
+	s := &Store{db: db, path: abs, now: o.now}
+	if err := s.setup(context.Background()); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path returns the database file's absolute path.
+func (s *Store) Path() string { return s.path }
+
+// DB returns the database handle the Store uses, for reading the lock
+// table or, in tests, for changing it behind the Store's back.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the database handle. It does not release leases (the
+// Client does that).
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) setup(ctx context.Context) error {
+	// A key's row is kept after release (owner NULL) so that its token
+	// never goes back.
+	_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+Table+` (
+		key         TEXT PRIMARY KEY,
+		token       INTEGER NOT NULL,
+		owner       TEXT,
+		expires_us  INTEGER,
+		meta        TEXT,
+		acquired_us INTEGER
+	)`)
+	if err != nil {
+		return fmt.Errorf("fencesqlite: setup %s: %w", s.path, err)
+	}
+	var mode string
+	if err := s.db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return fmt.Errorf("fencesqlite: setup %s: %w", s.path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("fencesqlite: %s: journal mode %q, not WAL", s.path, mode)
+	}
+	return nil
+}
+
+// The statements. ?1 is the key, ?2 the owner, ?3 the time the
+// transaction judges by (µs since 1970), ?4 the new expiry, ?5 the
+// metadata. The time is read after BEGIN IMMEDIATE returned, with the
+// write lock held, so a wait for the lock never makes it stale.
+const (
+	qAcquire = `INSERT INTO ` + Table + ` AS l (key, token, owner, expires_us, meta, acquired_us)
+		VALUES (?1, ?3, ?2, ?4, ?5, ?3)
+		ON CONFLICT (key) DO UPDATE
+			SET token = max(l.token + 1, ?3), owner = excluded.owner, expires_us = excluded.expires_us,
+				meta = excluded.meta, acquired_us = excluded.acquired_us
+			WHERE l.owner IS NULL OR l.expires_us <= ?3
+		RETURNING token`
+	qHolder = `SELECT owner, token, meta, expires_us - ?2 FROM ` + Table + `
+		WHERE key = ?1 AND owner IS NOT NULL AND expires_us > ?2`
+	qExtend = `UPDATE ` + Table + ` SET expires_us = ?4
+		WHERE key = ?1 AND owner = ?2 AND expires_us > ?3`
+	qRelease = `UPDATE ` + Table + ` SET owner = NULL, meta = NULL
+		WHERE key = ?1 AND owner = ?2
+		RETURNING expires_us > ?3`
+	qList = `SELECT key, owner, token, meta, expires_us - ?2 FROM ` + Table + `
+		WHERE key >= ?1 AND owner IS NOT NULL AND expires_us > ?2 ORDER BY key`
+)
+
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// write runs f in a write transaction (BEGIN IMMEDIATE) with the time
+// read once the write lock is held, and commits if f returns nil.
+func (s *Store) write(ctx context.Context, f func(tx *sql.Tx, now int64) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx, s.now().UnixMicro()); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+var errHeld = errors.New("held")
+
+// TryAcquire implements fence.Driver in one transaction.
+func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if req.Kind != fence.KindLock {
+		return nil, fmt.Errorf("fencesqlite: acquire %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
+	}
+	var meta any
+	if len(req.Meta) > 0 {
+		meta = metajson.Encode(req.Meta)
+	}
+	c := &claim{s: s, key: req.Key, owner: req.Owner}
+	var holder *fence.Holder
+	err := s.write(ctx, func(tx *sql.Tx, now int64) error {
+		err := tx.QueryRowContext(ctx, qAcquire, req.Key, req.Owner, now, now+micros(req.TTL), meta).Scan(&c.token)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if !req.SkipHolder {
+			hs, err := scanHolders(tx.QueryContext(ctx, qHolder, req.Key, now))
+			if err == nil && len(hs) == 1 {
+				hs[0].Key = req.Key
+				holder = &hs[0]
+			}
+		}
+		return errHeld
+	})
+	switch {
+	case errors.Is(err, errHeld):
+		return nil, &fence.HeldError{Key: req.Key, Holder: holder}
+	case err != nil:
+		return nil, fmt.Errorf("fencesqlite: acquire %q: %w", req.Key, err)
+	}
+	return c, nil
+}
+
+type claim struct {
+	s     *Store
+	key   string
+	owner string
+	token int64
+}
+
+func (c *claim) Token() int64 { return c.token }
+
+func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
+	var n int64
+	err := c.s.write(ctx, func(tx *sql.Tx, now int64) error {
+		res, err := tx.ExecContext(ctx, qExtend, c.key, c.owner, now, now+micros(ttl))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("fencesqlite: extend %q: %w", c.key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q: lease of %s expired or taken over", fence.ErrNotHeld, c.key, c.owner)
+	}
+	return nil
+}
+
+func (c *claim) Release(ctx context.Context) error {
+	var live sql.NullBool
+	found := false
+	err := c.s.write(ctx, func(tx *sql.Tx, now int64) error {
+		err := tx.QueryRowContext(ctx, qRelease, c.key, c.owner, now).Scan(&live)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("fencesqlite: release %q: %w", c.key, err)
+	case !found:
+		return fmt.Errorf("%w: %q no longer held by %s", fence.ErrNotHeld, c.key, c.owner)
+	case !live.Bool:
+		return fmt.Errorf("%w: %q: lease of %s had expired", fence.ErrNotHeld, c.key, c.owner)
+	}
+	return nil
+}
+
+// Inspect implements fence.Inspector.
+func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
+	hs, err := scanHolders(s.db.QueryContext(ctx, qHolder, key, s.now().UnixMicro()))
+	if err != nil {
+		return fence.Holder{}, fmt.Errorf("fencesqlite: inspect %q: %w", key, err)
+	}
+	if len(hs) == 0 {
+		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+	}
+	hs[0].Key = key
+	return hs[0], nil
+}
+
+// List implements fence.Lister.
+func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
+	rows, err := s.db.QueryContext(ctx, qList, prefix, s.now().UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("fencesqlite: list %q: %w", prefix, err)
+	}
+	defer rows.Close()
+	hs := []fence.Holder{}
+	// Keys compare as their UTF-8 bytes (SQLite's BINARY collation), as
+	// Go's strings do: the keys with the prefix come first from key >=
+	// prefix, in order.
+	for rows.Next() {
+		h, err := scanHolder(rows, true)
+		if err != nil {
+			return nil, fmt.Errorf("fencesqlite: list %q: %w", prefix, err)
+		}
+		if !strings.HasPrefix(h.Key, prefix) {
+			break
+		}
+		hs = append(hs, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("fencesqlite: list %q: %w", prefix, err)
+	}
+	return hs, nil
+}
+
+func scanHolders(rows *sql.Rows, err error) ([]fence.Holder, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var hs []fence.Holder
+	for rows.Next() {
+		h, err := scanHolder(rows, false)
+		if err != nil {
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	return hs, rows.Err()
+}
+
+func scanHolder(rows *sql.Rows, withKey bool) (fence.Holder, error) {
+	var (
+		h      fence.Holder
+		meta   sql.NullString
+		leftUS int64
+	)
+	dest := []any{&h.Owner, &h.Token, &meta, &leftUS}
+	if withKey {
+		dest = append([]any{&h.Key}, dest...)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return h, err
+	}
+	h.ExpiresIn = time.Duration(max(leftUS, 1)) * time.Microsecond
+	if meta.Valid && meta.String != "" {
+		_ = json.Unmarshal([]byte(meta.String), &h.Meta) // metadata is informational
+	}
+	return h, nil
+}
