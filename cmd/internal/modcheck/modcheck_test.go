@@ -24,6 +24,7 @@ var sdks = map[string][]string{
 	"fencepg":     {"github.com/jackc/pgx/v5"},
 	"fenceredis":  {"github.com/redis/go-redis/v9"},
 	"fencesql":    nil, // database/sql: the program brings its driver
+	"fencesqlite": {"modernc.org/sqlite"},
 	"fencezk":     {"github.com/go-zookeeper/zk"},
 }
 
