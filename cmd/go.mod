@@ -30,11 +30,15 @@ require (
 require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
+	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -43,6 +47,10 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+	modernc.org/libc v1.80.1 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+	modernc.org/sqlite v1.62.0 // indirect
 )
 
 require github.com/anishathalye/porcupine v1.3.1
@@ -74,6 +82,7 @@ require (
 	github.com/fencing/fence/fencepg v0.0.0
 	github.com/fencing/fence/fenceredis v0.0.0
 	github.com/fencing/fence/fencesql v0.0.0
+	github.com/fencing/fence/fencesqlite v0.0.0
 	github.com/fencing/fence/fencezk v0.0.0
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -106,5 +115,7 @@ replace github.com/fencing/fence/fencenats => ../fencenats
 replace github.com/fencing/fence/fenceazblob => ../fenceazblob
 
 replace github.com/fencing/fence/fencesql => ../fencesql
+
+replace github.com/fencing/fence/fencesqlite => ../fencesqlite
 
 replace github.com/fencing/fence/fenceotel => ../fenceotel
