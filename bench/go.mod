@@ -13,6 +13,18 @@ require (
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 	google.golang.org/grpc v1.83.2
+	modernc.org/sqlite v1.62.0
+)
+
+require (
+	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	modernc.org/libc v1.80.1 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
 )
 
 require (
@@ -22,6 +34,7 @@ require (
 	github.com/fencing/fence/fenceetcd v0.0.0
 	github.com/fencing/fence/fencepg v0.0.0
 	github.com/fencing/fence/fenceredis v0.0.0
+	github.com/fencing/fence/fencesqlite v0.0.0
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -45,3 +58,5 @@ replace github.com/fencing/fence/fenceredis => ../fenceredis
 replace github.com/fencing/fence/fencepg => ../fencepg
 
 replace github.com/fencing/fence/fenceetcd => ../fenceetcd
+
+replace github.com/fencing/fence/fencesqlite => ../fencesqlite

@@ -19,13 +19,15 @@ import (
 )
 
 // Stores are the stores the benchmark knows, in report order.
-var Stores = []string{"redis", "postgres", "etcd"}
+var Stores = []string{"redis", "postgres", "etcd", "sqlite"}
 
 // Servers are the private servers the contenders run against.
 type Servers struct {
 	RedisAddr     string
 	PostgresDSN   string
 	EtcdEndpoints []string
+	// SQLiteDir is the directory of the SQLite contenders' database files.
+	SQLiteDir string
 	// Versions are the servers' own version strings, by store.
 	Versions map[string]string
 
@@ -63,6 +65,9 @@ func StartServers(tb testing.TB, stores []string) *Servers {
 			e := testserver.Etcd(tb)
 			srv.EtcdEndpoints = e.Endpoints()
 			srv.Versions[s] = "etcd " + etcdVersion(ctx, e.Endpoints())
+		case "sqlite":
+			srv.SQLiteDir = tb.TempDir()
+			srv.Versions[s] = "SQLite " + sqliteVersion(ctx, srv.SQLiteDir)
 		default:
 			tb.Fatalf("bench: unknown store %q (known: %s)", s, strings.Join(Stores, ", "))
 		}
