@@ -113,7 +113,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("fencesqlite: open %s: %w", abs, err)
 	}
 	s := &Store{db: db, path: abs, now: o.now}
-	if err := s.setup(context.Background()); err != nil {
+	if err := s.setup(context.Background(), o.busy); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -131,7 +131,26 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Client does that).
 func (s *Store) Close() error { return s.db.Close() }
 
-func (s *Store) setup(ctx context.Context) error {
+// setup creates the lock table and checks that the database is in WAL
+// mode. Processes opening a new file at the same moment race to switch it
+// to WAL and to create the table, and SQLite answers the losers "database
+// is locked" at once, without waiting (its busy handler is not called for
+// a change of journal mode): so setup tries again, with backoff, until the
+// busy timeout has passed.
+func (s *Store) setup(ctx context.Context, busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	delay := time.Millisecond
+	for {
+		err := s.setupOnce(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+func (s *Store) setupOnce(ctx context.Context) error {
 	// A key's row is kept after release (owner NULL) so that its token
 	// never goes back.
 	_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+Table+` (
@@ -150,9 +169,26 @@ func (s *Store) setup(ctx context.Context) error {
 		return fmt.Errorf("fencesqlite: setup %s: %w", s.path, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("fencesqlite: %s: journal mode %q, not WAL", s.path, mode)
+		return fmt.Errorf("fencesqlite: %s: journal mode %q, not WAL: %w", s.path, mode, errNotWAL)
 	}
 	return nil
+}
+
+// errNotWAL: the database is not in WAL mode yet, as when another process
+// is switching a new file to WAL.
+var errNotWAL = errors.New("the journal mode was not changed")
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED (any
+// extended code), or errNotWAL.
+func isBusy(err error) bool {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		switch coded.Code() & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
+			return true
+		}
+	}
+	return errors.Is(err, errNotWAL)
 }
 
 // The statements. ?1 is the key, ?2 the owner, ?3 the time the

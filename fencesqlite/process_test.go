@@ -28,6 +28,13 @@ const (
 )
 
 func childMain(path, role string) int {
+	if role == "opener" {
+		// Start together: wait for the parent's go, then race to create.
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	s, err := fencesqlite.Open(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -41,6 +48,13 @@ func childMain(path, role string) int {
 		err = pausedHolder(ctx, s)
 	case "counter":
 		err = counter(ctx, s, os.Getenv(childFileEnv))
+	case "opener":
+		// Opened (above) at the same moment as the other openers, on a
+		// file none of them had: take a key once.
+		var l *fence.Lease
+		if l, err = fence.New(s).Acquire(ctx, "first", fence.WithWait(time.Minute)); err == nil {
+			err = l.Release(ctx)
+		}
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -238,5 +252,30 @@ func TestMutualExclusionAcrossProcesses(t *testing.T) {
 	if got, want := strings.TrimSpace(string(b)), strconv.Itoa(procs*childRounds); got != want {
 		t.Errorf("count %s after %d processes of %d rounds; want %s (an increment was lost: two holders at once)",
 			got, procs, childRounds, want)
+	}
+}
+
+// TestFirstOpenRace: several processes open a database file that does not
+// exist yet at the same moment; each creates or finds the table, in WAL
+// mode, and takes the key.
+func TestFirstOpenRace(t *testing.T) {
+	for round := range 3 {
+		path := filepath.Join(t.TempDir(), "fence.db")
+		var cmds []*exec.Cmd
+		var ins []io.WriteCloser
+		for range 6 {
+			cmd, in, _ := child(t, path, "opener")
+			cmds, ins = append(cmds, cmd), append(ins, in)
+		}
+		time.Sleep(300 * time.Millisecond) // the children are up, waiting
+		for _, in := range ins {
+			_, _ = io.WriteString(in, "go\n")
+			in.Close()
+		}
+		for i, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("round %d: opener %d: %v", round, i, err)
+			}
+		}
 	}
 }
