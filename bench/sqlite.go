@@ -61,7 +61,7 @@ func countSQLite(path string, rt *atomic.Int64) {
 func sqliteContenders(dir string) []Contender {
 	return []Contender{
 		{Store: "sqlite", Name: "fence", Role: RoleFence,
-			Desc: "fencesqlite: one BEGIN IMMEDIATE transaction (INSERT .. ON CONFLICT DO UPDATE .. RETURNING token) + one (UPDATE .. RETURNING), WAL mode; waiters poll with backoff (5 ms to 1 s)",
+			Desc: "fencesqlite: one BEGIN IMMEDIATE transaction (INSERT .. ON CONFLICT DO UPDATE .. RETURNING token) + one (UPDATE .. RETURNING), WAL mode; waiters wake on inotify's news of a write to the -wal file",
 			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
 				path := filepath.Join(dir, "fence.db")
 				countSQLite(path, rt)

@@ -63,10 +63,14 @@
 //
 // # Waiting
 //
-// SQLite tells no other process of a commit, so the driver implements no
-// Watcher: the Client polls with backoff and jitter, and wakes at the
-// holder's reported expiry (the HeldError carries it). There is no queue
-// and no fairness.
+// SQLite tells no other process of a commit. On Linux the Store is a
+// fence.Watcher all the same: every commit that changes the database
+// appends to its -wal file, and Watch wakes waiters on inotify's news of
+// a write to it (of any key: a waiter then makes one attempt, which writes
+// nothing, so waiters do not wake each other). Elsewhere the Client polls
+// with backoff and jitter. In both cases it also wakes at the holder's
+// reported expiry (the HeldError carries it). There is no queue and no
+// fairness.
 //
 // # Network file systems
 //
