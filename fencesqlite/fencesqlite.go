@@ -101,11 +101,14 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	// A file: URI, so that any character of the path is escaped, and
 	// modernc's own parameters: the busy timeout first (before anything
-	// that may need the write lock), WAL mode, and every transaction
-	// begun with BEGIN IMMEDIATE.
+	// that may need the write lock), WAL mode, every commit synced to
+	// disk (FULL: also SQLite's default, said here so that a build with
+	// another default does not weaken it), and every transaction begun
+	// with BEGIN IMMEDIATE.
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(wal)")
+	q.Add("_pragma", "synchronous(full)")
 	q.Add("_txlock", "immediate")
 	dsn := "file:" + (&url.URL{Path: abs}).EscapedPath() + "?" + q.Encode()
 	db, err := sql.Open("sqlite", dsn)

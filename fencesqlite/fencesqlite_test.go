@@ -159,6 +159,24 @@ func TestBusyTimeout(t *testing.T) {
 	_ = c.Release(ctx)
 }
 
+// Every connection is in WAL mode, syncs every commit, and waits for the
+// write lock up to the busy timeout.
+func TestConnectionSettings(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "fence.db"), fencesqlite.WithBusyTimeout(1234*time.Millisecond))
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for pragma, want := range map[string]string{"journal_mode": "wal", "synchronous": "2", "busy_timeout": "1234"} {
+		var got string
+		if err := conn.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil || got != want {
+			t.Errorf("PRAGMA %s = %q, %v; want %s", pragma, got, err, want)
+		}
+	}
+}
+
 func TestOpenRefusals(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
