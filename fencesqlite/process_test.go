@@ -3,6 +3,8 @@ package fencesqlite_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,6 +50,15 @@ func childMain(path, role string) int {
 		err = pausedHolder(ctx, s)
 	case "counter":
 		err = counter(ctx, s, os.Getenv(childFileEnv))
+	case "writer":
+		// Holds the write lock, as a process stopped or dead in the
+		// middle of a transaction would, until it is killed.
+		var tx *sql.Tx
+		if tx, err = s.DB().BeginTx(ctx, nil); err == nil {
+			defer tx.Rollback()
+			fmt.Println("locked")
+			time.Sleep(time.Minute)
+		}
 	case "opener":
 		// Opened (above) at the same moment as the other openers, on a
 		// file none of them had: take a key once.
@@ -278,4 +289,31 @@ func TestFirstOpenRace(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDeadWriterFreesTheFile: a process that holds the write lock blocks
+// every other writer (their operations fail after the busy timeout, not
+// with ErrHeld); once it is killed, the kernel drops its locks and SQLite
+// rolls its transaction back, and the others go on at once.
+func TestDeadWriterFreesTheFile(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s := open(t, path, fencesqlite.WithBusyTimeout(200*time.Millisecond))
+	w, _, out := child(t, path, "writer")
+	if line, err := out.ReadString('\n'); err != nil || line != "locked\n" {
+		t.Fatalf("writer: %q, %v", line, err)
+	}
+	_, err := s.TryAcquire(ctx, req("k", "o", time.Minute))
+	if err == nil || errors.Is(err, fence.ErrHeld) || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("TryAcquire while another process holds the write lock: %v; want database is locked", err)
+	}
+	if err := w.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Wait()
+	c, err := s.TryAcquire(ctx, req("k", "o", time.Minute))
+	if err != nil {
+		t.Fatalf("TryAcquire once the writer was killed: %v", err)
+	}
+	_ = c.Release(ctx)
 }
