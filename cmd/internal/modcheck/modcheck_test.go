@@ -18,12 +18,15 @@ import (
 var sdks = map[string][]string{
 	"fenceazblob": {"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"},
 	"fenceetcd":   {"go.etcd.io/etcd/client/v3"},
-	"fencemysql":  {"github.com/go-sql-driver/mysql"},
-	"fencenats":   {"github.com/nats-io/nats.go"},
-	"fencepg":     {"github.com/jackc/pgx/v5"},
-	"fenceredis":  {"github.com/redis/go-redis/v9"},
-	"fencesql":    nil, // database/sql: the program brings its driver
-	"fencezk":     {"github.com/go-zookeeper/zk"},
+	// client-go's root package is only its doc: the graph of the one
+	// fencek8s imports is what it brings.
+	"fencek8s":   {"k8s.io/client-go", "k8s.io/client-go/kubernetes"},
+	"fencemysql": {"github.com/go-sql-driver/mysql"},
+	"fencenats":  {"github.com/nats-io/nats.go"},
+	"fencepg":    {"github.com/jackc/pgx/v5"},
+	"fenceredis": {"github.com/redis/go-redis/v9"},
+	"fencesql":   nil, // database/sql: the program brings its driver
+	"fencezk":    {"github.com/go-zookeeper/zk"},
 }
 
 // limits bounds the graph of fence + one store where the issue that split
