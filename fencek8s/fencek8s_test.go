@@ -3,6 +3,7 @@ package fencek8s_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envHolder) != "" {
+		runHolder()
+		return
+	}
 	leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
