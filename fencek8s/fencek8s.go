@@ -19,7 +19,8 @@
 //     compares the Lease's renewTime with its own clock: another machine
 //     wrote it. Taking the Lease sets holderIdentity to the owner id,
 //     acquireTime and renewTime to now, leaseDurationSeconds to the TTL
-//     rounded up to whole seconds, and adds one to leaseTransitions.
+//     rounded up to whole seconds plus one (client-go's electors see
+//     renewTime in whole seconds only), and adds one to leaseTransitions.
 //   - Extend writes renewTime (and the duration) again, conditioned on the
 //     resourceVersion of our last write; if its reply was lost, it reads
 //     the Lease and carries on if it still names this owner.
@@ -178,13 +179,17 @@ func Name(key string) string {
 }
 
 // durationSeconds is the leaseDurationSeconds for a TTL: whole seconds,
-// rounded up, at least 1.
+// rounded up, plus one. The extra second is for client-go's electors:
+// they notice a change of the Lease by comparing its fields with
+// renewTime cut to whole seconds, so two renewals within one second look
+// like one to them, and an elector may start counting the lease duration
+// up to a second before our last renewal.
 func durationSeconds(ttl time.Duration) (int32, error) {
-	s := (ttl + time.Second - 1) / time.Second
+	s := (ttl+time.Second-1)/time.Second + 1
 	if s > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: %v is longer than a Lease can say", fence.ErrInvalidTTL, ttl)
 	}
-	return int32(max(s, 1)), nil
+	return int32(s), nil
 }
 
 // TryAcquire implements fence.Driver.

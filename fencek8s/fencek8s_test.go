@@ -21,7 +21,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envHolder) != "" {
+	switch {
+	case os.Getenv(envMixedRole) != "":
+		runMixed(os.Getenv(envMixedRole))
+		return
+	case os.Getenv(envHolder) != "":
 		runHolder()
 		return
 	}
