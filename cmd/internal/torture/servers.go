@@ -183,11 +183,11 @@ func init() {
 				return "k8s:///default?kubeconfig=" + url.QueryEscape(path)
 			},
 			restart: restartOneOf(env, "kube-apiserver and etcd", k.Process, k.Etcd.Process),
-			// leaseDurationSeconds is whole seconds, rounded up, and a
-			// contender takes a silent Lease a duration after it first
-			// saw its last version, up to a second later.
+			// leaseDurationSeconds is whole seconds, rounded up, plus one,
+			// and a contender takes a silent Lease a duration after it
+			// first saw its last version, up to a second later.
 			hold: func(ttl time.Duration) time.Duration {
-				return (ttl + time.Second - 1).Truncate(time.Second) + time.Second
+				return (ttl + time.Second - 1).Truncate(time.Second) + 2*time.Second
 			},
 		}, nil
 	})
