@@ -61,6 +61,7 @@ var knownImports = map[string]string{
 	"fenceazblob": "github.com/fencing/fence/fenceazblob",
 	"fenceetcd":   "github.com/fencing/fence/fenceetcd",
 	"fencefile":   "github.com/fencing/fence/fencefile",
+	"fencek8s":    "github.com/fencing/fence/fencek8s",
 	"fencehttp":   "github.com/fencing/fence/fencehttp",
 	"fencemem":    "github.com/fencing/fence/fencemem",
 	"fencemysql":  "github.com/fencing/fence/fencemysql",
@@ -90,6 +91,7 @@ var knownImports = map[string]string{
 	"pgx":       "github.com/jackc/pgx/v5",
 	"pgxpool":   "github.com/jackc/pgx/v5/pgxpool",
 	"redis":     "github.com/redis/go-redis/v9",
+	"rest":      "k8s.io/client-go/rest",
 	"zk":        "github.com/go-zookeeper/zk",
 }
 

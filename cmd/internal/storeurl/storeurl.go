@@ -75,6 +75,11 @@ type scheme struct {
 	// where another part names the server (a MySQL socket, an Azure
 	// connection string); its opener checks that one does.
 	hostOptional bool
+	// hostless: a network store whose URLs never name the server, which
+	// comes from the environment (k8s: a kubeconfig, or the pod's
+	// service account), so "k8s://" is a whole URL. Implies hostOptional;
+	// its opener refuses a host.
+	hostless bool
 	// credentials are the query parameters whose values are credentials,
 	// by exact name (compared without regard to case). The password of
 	// the user info always is one.

@@ -2,6 +2,9 @@ package torture
 
 import (
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +162,44 @@ func init() {
 			hold: func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
 		}, nil
 	})
+	server("k8s", "k8s", "a private kube-apiserver and its etcd (the restart fault restarts them in turn)", func(env *testserver.Env) (*Store, error) {
+		var k *testserver.KubeServer
+		if err := env.Do(func(tb testing.TB) { k = testserver.Kube(tb) }); err != nil {
+			return nil, err
+		}
+		dir := env.TempDir()
+		n := 0
+		return &Store{
+			addrs: []string{k.Addr()},
+			// A kubeconfig per URL, naming the address given (a proxy's):
+			// the server's certificate is for 127.0.0.1, any port.
+			url: func(a []string, _ time.Duration) string {
+				n++
+				path := filepath.Join(dir, fmt.Sprintf("kubeconfig-%d", n))
+				cfg := strings.Replace(kubeconfig(k), k.Host(), "https://"+a[0], 1)
+				if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+					env.Errorf("torture: %v", err)
+				}
+				return "k8s:///default?kubeconfig=" + url.QueryEscape(path)
+			},
+			restart: restartOneOf(env, "kube-apiserver and etcd", k.Process, k.Etcd.Process),
+			// leaseDurationSeconds is whole seconds, rounded up, plus one,
+			// and a contender takes a silent Lease a duration after it
+			// first saw its last version, up to a second later.
+			hold: func(ttl time.Duration) time.Duration {
+				return (ttl + time.Second - 1).Truncate(time.Second) + 2*time.Second
+			},
+		}, nil
+	})
+}
+
+// kubeconfig returns the text of k's kubeconfig.
+func kubeconfig(k *testserver.KubeServer) string {
+	b, err := os.ReadFile(k.Kubeconfig())
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // zkSession is the ZooKeeper session timeout for leases of ttl: the TTL,

@@ -1,9 +1,9 @@
 // Package testserver starts private server processes for fence's tests:
-// redis-server, PostgreSQL, MariaDB, etcd, ZooKeeper, nats-server and
-// Azurite, each on free loopback ports with its own data directory, so that
-// driver tests, the conformance suite and fault tests run against real
-// servers they own and can kill, pause and restart. It never uses the
-// servers a machine may already run on their standard ports.
+// redis-server, PostgreSQL, MariaDB, etcd, ZooKeeper, nats-server, Azurite
+// and kube-apiserver, each on free loopback ports with its own data
+// directory, so that driver tests, the conformance suite and fault tests
+// run against real servers they own and can kill, pause and restart. It
+// never uses the servers a machine may already run on their standard ports.
 //
 // # Starting servers
 //
@@ -22,6 +22,7 @@
 //	zk := testserver.ZooKeeper(t)              // zk.Addr(); tickTime 200ms
 //	n := testserver.NATS(t)                    // n.URL(), n.Version(), n.AtLeast("2.11")
 //	az := testserver.Azurite(t)                // az.BlobURL(), az.ConnectionString()
+//	k := testserver.Kube(t)                    // k.Host(), k.Token(), k.CAFile(), k.Kubeconfig(); k.Etcd
 //
 // A server that does not come up fails the test with the program, its
 // arguments and the tail of its log. The log of every server is written to a

@@ -70,6 +70,7 @@ var installHint = map[string]string{
 	"nats-server":        "GOBIN=$PWD/.tools/bin go install github.com/nats-io/nats-server/v2@" + natsVersion,
 	"azurite-blob":       "npm install --prefix .tools azurite@" + azuriteVersion + " (needs Node.js)",
 	"node":               "Debian package nodejs",
+	"kube-apiserver":     "it with scripts/kube-apiserver (builds " + KubeVersion + " from source into .tools/kube: minutes)",
 }
 
 // Versions scripts/test installs into .tools; keep the two in step.
@@ -133,6 +134,8 @@ func lookupUncached(name string) (string, error) {
 			candidates = append(candidates, p)
 		}
 		candidates = append(candidates, "PATH")
+	case "kube-apiserver":
+		candidates = kubeCandidates()
 	case "azurite-blob":
 		if root := RepoRoot(); root != "" {
 			candidates = append(candidates, filepath.Join(root, ".tools", "node_modules", ".bin", "azurite-blob"))
