@@ -175,7 +175,7 @@ func TestMixedFleet(t *testing.T) {
 	for i, p := range procs {
 		byID[p.Env[len(p.Env)-1][len(envMixedID)+1:]] = procs[i]
 	}
-	pauses := 0
+	pauses, fenceToFence := 0, 0
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
 		time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 		l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, mixedLease, metav1.GetOptions{})
@@ -183,13 +183,28 @@ func TestMixedFleet(t *testing.T) {
 			continue
 		}
 		frozen := []*exec.Cmd{}
-		if p := byID[value(l.Spec.HolderIdentity)]; p != nil {
+		// An elector's identity is its id; a fence holder's owner id is
+		// its id (the WithOwner prefix), a dash, and a random suffix.
+		if p := byID[contender(value(l.Spec.HolderIdentity))]; p != nil {
 			frozen = append(frozen, p)
 		}
 		holder := value(l.Spec.HolderIdentity)
-		if kind := strings.SplitN(holder, "-", 2)[0]; rand.IntN(2) == 0 {
+		pause := time.Duration(3500+rand.IntN(1500)) * time.Millisecond // past the lease durations
+		switch kind := strings.SplitN(holder, "-", 2)[0]; {
+		case kind == "fence" && (fenceToFence == 0 || rand.IntN(3) == 0):
+			// Freeze the electors too, so that another fence contender
+			// takes over and writes while this holder sleeps: its first
+			// write when it wakes is late, and the guard must refuse it.
 			for id, p := range byID {
-				if strings.HasPrefix(id, kind+"-") && id != holder {
+				if strings.HasPrefix(id, "elector-") {
+					frozen = append(frozen, p)
+				}
+			}
+			pause += 1500 * time.Millisecond
+			fenceToFence++
+		case rand.IntN(2) == 0:
+			for id, p := range byID {
+				if strings.HasPrefix(id, kind+"-") && id != contender(holder) {
 					frozen = append(frozen, p)
 				}
 			}
@@ -197,7 +212,7 @@ func TestMixedFleet(t *testing.T) {
 		for _, p := range frozen {
 			_ = p.Process.Signal(syscall.SIGSTOP)
 		}
-		time.Sleep(time.Duration(3500+rand.IntN(1500)) * time.Millisecond) // past the lease durations
+		time.Sleep(pause)
 		for _, p := range frozen {
 			_ = p.Process.Signal(syscall.SIGCONT)
 		}
@@ -272,8 +287,11 @@ func TestMixedFleet(t *testing.T) {
 			highest = max(highest, wr.token)
 		}
 	}
-	t.Logf("%d pauses; Lease history: %d versions, holders taken by kind %v, %d taken over from a silent holder, %d releases; %d writes, %d late, %d refused",
-		pauses, len(history), kinds, takeovers, releases, len(writes), late, refused)
+	t.Logf("%d pauses (%d fence to fence); Lease history: %d versions, holders taken by kind %v, %d taken over from a silent holder, %d releases; %d writes, %d late, %d refused",
+		pauses, fenceToFence, len(history), kinds, takeovers, releases, len(writes), late, refused)
+	if fenceToFence > 0 && late == 0 {
+		t.Errorf("%d rounds froze a fence holder while another fence contender could take over, yet no late write reached the guard: the check was not exercised", fenceToFence)
+	}
 	if kinds["fence"] == 0 || kinds["elector"] == 0 {
 		t.Errorf("holders by kind %v: both kinds must have held the Lease for the test to mean anything", kinds)
 	}
@@ -308,4 +326,14 @@ type prefixWriter struct{ t *testing.T }
 func (p *prefixWriter) Write(b []byte) (int, error) {
 	p.t.Logf("contender: %s", strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// contender returns the id of the contender process whose holder identity
+// is holder: "fence-0" for "fence-0-3f2a…", "elector-1" for "elector-1".
+func contender(holder string) string {
+	parts := strings.SplitN(holder, "-", 3)
+	if len(parts) < 2 {
+		return holder
+	}
+	return parts[0] + "-" + parts[1]
 }
