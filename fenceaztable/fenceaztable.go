@@ -311,9 +311,10 @@ func (s *Store) abandon(ctx context.Context, e *entity) {
 
 // claim is one granted lease: the entity as its holder last wrote it.
 type claim struct {
-	s    *Store
-	e    entity
-	etag azcore.ETag
+	s        *Store
+	e        entity
+	etag     azcore.ETag
+	released bool
 }
 
 func (c *claim) Token() int64 { return c.e.token }
@@ -323,6 +324,9 @@ func (c *claim) Token() int64 { return c.e.token }
 // watch.
 func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	op := "fenceaztable: renew " + strconv.Quote(c.e.key)
+	if c.released {
+		return fmt.Errorf("%s: %w: released", op, fence.ErrNotHeld)
+	}
 	next := c.e
 	next.ttl = ttlMillis(ttl)
 	return c.write(ctx, op, next)
@@ -332,8 +336,15 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 // kept), only if it is still as this holder last wrote it.
 func (c *claim) Release(ctx context.Context) error {
 	op := "fenceaztable: release " + strconv.Quote(c.e.key)
+	if c.released {
+		return fmt.Errorf("%s: %w: released", op, fence.ErrNotHeld)
+	}
 	next := entity{key: c.e.key, token: c.e.token, ttl: c.e.ttl, released: c.e.owner}
-	return c.write(ctx, op, next)
+	err := c.write(ctx, op, next)
+	if err == nil {
+		c.released = true
+	}
+	return err
 }
 
 // write replaces the entity with next If-Match on the holder's last ETag.
