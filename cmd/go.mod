@@ -45,7 +45,10 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-require github.com/anishathalye/porcupine v1.3.1
+require (
+	github.com/Azure/azure-sdk-for-go/sdk/data/aztables v1.4.1
+	github.com/anishathalye/porcupine v1.3.1
+)
 
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect
@@ -67,6 +70,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/fencing/fence v0.0.0
 	github.com/fencing/fence/fenceazblob v0.0.0
+	github.com/fencing/fence/fenceaztable v0.0.0
 	github.com/fencing/fence/fenceetcd v0.0.0
 	github.com/fencing/fence/fencemysql v0.0.0
 	github.com/fencing/fence/fencenats v0.0.0
@@ -108,3 +112,5 @@ replace github.com/fencing/fence/fenceazblob => ../fenceazblob
 replace github.com/fencing/fence/fencesql => ../fencesql
 
 replace github.com/fencing/fence/fenceotel => ../fenceotel
+
+replace github.com/fencing/fence/fenceaztable => ../fenceaztable
