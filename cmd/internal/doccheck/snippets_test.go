@@ -91,6 +91,10 @@ var knownImports = map[string]string{
 	"pgxpool":   "github.com/jackc/pgx/v5/pgxpool",
 	"redis":     "github.com/redis/go-redis/v9",
 	"zk":        "github.com/go-zookeeper/zk",
+
+	// docs/aztable.md
+	"fenceaztable": "github.com/fencing/fence/fenceaztable",
+	"aztables":     "github.com/Azure/azure-sdk-for-go/sdk/data/aztables",
 }
 
 // prelude declares, once for every snippet, the names fragments use
