@@ -39,7 +39,7 @@ func (r Role) String() string {
 
 // Contender is one lock implementation on one store.
 type Contender struct {
-	// Store is "redis", "postgres" or "etcd".
+	// Store is "redis", "postgres", "etcd" or "aztable".
 	Store string
 	// Name is short and unique within the store ("fence", "redsync").
 	Name string
@@ -84,6 +84,9 @@ func Contenders(srv *Servers) []Contender {
 	if len(srv.EtcdEndpoints) > 0 {
 		cs = append(cs, etcdContenders(srv.EtcdEndpoints)...)
 	}
+	if srv.AztableConn != "" {
+		cs = append(cs, aztableContenders(srv.AztableConn)...)
+	}
 	return cs
 }
 
@@ -106,6 +109,8 @@ func Comparisons(store string) []Comparison {
 		}
 	case "etcd":
 		return []Comparison{{"fence", "etcd-mutex"}, {"fence", "raw"}}
+	case "aztable":
+		return []Comparison{{"fence", "raw"}}
 	}
 	return nil
 }

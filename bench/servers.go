@@ -19,13 +19,14 @@ import (
 )
 
 // Stores are the stores the benchmark knows, in report order.
-var Stores = []string{"redis", "postgres", "etcd"}
+var Stores = []string{"redis", "postgres", "etcd", "aztable"}
 
 // Servers are the private servers the contenders run against.
 type Servers struct {
 	RedisAddr     string
 	PostgresDSN   string
 	EtcdEndpoints []string
+	AztableConn   string // an Azure Storage connection string
 	// Versions are the servers' own version strings, by store.
 	Versions map[string]string
 
@@ -63,6 +64,13 @@ func StartServers(tb testing.TB, stores []string) *Servers {
 			e := testserver.Etcd(tb)
 			srv.EtcdEndpoints = e.Endpoints()
 			srv.Versions[s] = "etcd " + etcdVersion(ctx, e.Endpoints())
+		case "aztable":
+			az := testserver.AzuriteTable(tb)
+			srv.AztableConn = az.ConnectionString()
+			srv.Versions[s] = aztableVersion(ctx, az.TableURL())
+			if err := setupAztable(ctx, srv.AztableConn); err != nil {
+				tb.Fatalf("bench: aztable setup: %v", err)
+			}
 		default:
 			tb.Fatalf("bench: unknown store %q (known: %s)", s, strings.Join(Stores, ", "))
 		}
