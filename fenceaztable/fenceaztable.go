@@ -226,6 +226,11 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		}
 		if err != nil {
 			if t, ok := s.mine(ctx, &want); ok {
+				if ctx.Err() != nil {
+					// Landed, but the caller has given up: undo it.
+					s.abandon(ctx, &want)
+					return nil, fmt.Errorf("%s: %w", op, ctx.Err())
+				}
 				tag, err = t, nil // the SDK retried a write that had landed
 			}
 		}

@@ -416,3 +416,60 @@ func TestTokensAcrossRestart(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestCancelledAcquireLeavesNothing: an acquisition cancelled between its
+// read and its write, and one whose write landed but whose answer never
+// came back before it was cancelled, leave the key free at once, not
+// held for a TTL.
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	ctx := testCtx(t)
+	connect, az := serverProcess(t)
+	proxy, err := faultproxy.New(az.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	a := mustOpen(t, strings.Replace(connect, az.Addr(), proxy.Addr(), 1))
+	b := mustOpen(t, connect)
+	const key = "k"
+	// The entity exists: both cases are a replace.
+	c0, err := b.TryAcquire(ctx, req(key, "owner-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := c0.Token()
+	for _, landed := range []bool{false, true} {
+		actx, cancel := context.WithCancel(ctx)
+		restore := fenceaztable.SetTestHook(func(string) {
+			if !landed {
+				cancel()
+				return
+			}
+			// The write goes through; its answer is held until after
+			// the caller has given up.
+			proxy.Blackhole(faultproxy.Downstream)
+			time.AfterFunc(300*time.Millisecond, cancel)
+			time.AfterFunc(time.Second, proxy.Heal)
+		})
+		_, err := a.TryAcquire(actx, req(key, "owner-a"))
+		restore()
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("landed %v: TryAcquire cancelled: %v; want context.Canceled", landed, err)
+		}
+		c, err := b.TryAcquire(ctx, req(key, "owner-b"))
+		if err != nil {
+			t.Fatalf("landed %v: TryAcquire after a cancelled acquisition: %v; it left the key held", landed, err)
+		}
+		if c.Token() <= last {
+			t.Errorf("landed %v: token %d after %d", landed, c.Token(), last)
+		}
+		last = c.Token()
+		if err := c.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
