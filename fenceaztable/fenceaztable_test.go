@@ -473,3 +473,65 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestRetriedWriteThatLanded: the answer to a write is lost after the
+// write landed (the connection reset), the SDK sends it again, and the
+// service refuses the second one (the ETag has changed: by the first).
+// The driver reads the entity back, sees its own write, and goes on: the
+// acquisition is granted, and a renewal's new ETag is adopted, so later
+// renewals and the release still work.
+func TestRetriedWriteThatLanded(t *testing.T) {
+	ctx := testCtx(t)
+	connect, az := serverProcess(t)
+	proxy, err := faultproxy.New(az.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	a := mustOpen(t, strings.Replace(connect, az.Addr(), proxy.Addr(), 1))
+	b := mustOpen(t, connect)
+	const key = "k"
+	c0, err := b.TryAcquire(ctx, req(key, "owner-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// loseAnswer holds every answer from now on, then resets the
+	// connections once the write has surely landed.
+	loseAnswer := func() {
+		proxy.Blackhole(faultproxy.Downstream)
+		time.AfterFunc(500*time.Millisecond, func() { proxy.Reset(); proxy.Heal() })
+	}
+	restore := fenceaztable.SetTestHook(func(string) { loseAnswer() })
+	c, err := a.TryAcquire(ctx, req(key, "owner-a"))
+	restore()
+	if err != nil {
+		t.Fatalf("TryAcquire whose write landed but whose answer was lost: %v", err)
+	}
+	if c.Token() <= c0.Token() {
+		t.Errorf("token %d after %d", c.Token(), c0.Token())
+	}
+	if _, err := b.TryAcquire(ctx, req(key, "owner-b")); !errors.Is(err, fence.ErrHeld) {
+		t.Errorf("TryAcquire of the key just granted: %v; want ErrHeld", err)
+	}
+	loseAnswer()
+	if err := c.Extend(ctx, ttl); err != nil {
+		t.Fatalf("Extend whose answer was lost: %v", err)
+	}
+	if err := c.Extend(ctx, ttl); err != nil {
+		t.Errorf("the next Extend: %v; the driver did not adopt the landed write's ETag", err)
+	}
+	loseAnswer()
+	if err := c.Release(ctx); err != nil {
+		t.Errorf("Release whose answer was lost: %v", err)
+	}
+	c2, err := b.TryAcquire(ctx, req(key, "owner-b"))
+	if err != nil {
+		t.Fatalf("TryAcquire after the release: %v", err)
+	}
+	if err := c2.Release(ctx); err != nil {
+		t.Error(err)
+	}
+}
