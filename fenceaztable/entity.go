@@ -124,6 +124,16 @@ func int64Prop(v json.RawMessage) (int64, bool) {
 	return 0, false
 }
 
+// holdFor returns how long a contender must see the entity unchanged
+// before its lease is over: the holder's TTL, or fallback for an entity
+// that names a holder but no TTL (written by something other than fence).
+func (e *entity) holdFor(fallback time.Duration) time.Duration {
+	if e.ttl > 0 {
+		return e.ttl
+	}
+	return fallback
+}
+
 // held reports whether the entity names a holder.
 func (e *entity) held() bool { return e.owner != "" }
 

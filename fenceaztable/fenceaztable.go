@@ -205,7 +205,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			return nil, storageErr(op+": read", err)
 		}
 		if found && cur.held() {
-			left := s.watch(name, etag, cur.ttl, time.Now())
+			left := s.watch(name, etag, cur.holdFor(req.TTL), time.Now())
 			if left > 0 {
 				h := cur.holder(req.Key, left)
 				return nil, &fence.HeldError{Key: req.Key, Holder: &h}

@@ -33,7 +33,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	case !cur.held():
 		return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 	}
-	left := s.watch(PartitionKey(key), etag, cur.ttl, time.Now())
+	left := s.watch(PartitionKey(key), etag, cur.holdFor(fence.DefaultTTL), time.Now())
 	if left <= 0 {
 		return fence.Holder{}, fmt.Errorf("%s: %w: its holder has not renewed for its TTL (%v)", op, fence.ErrNotHeld, cur.ttl)
 	}
@@ -63,9 +63,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 				continue
 			}
 			etag, _ := odataETag(raw)
-			left := e.ttl
+			left := e.holdFor(fence.DefaultTTL)
 			if etag != "" {
-				left = s.watch(PartitionKey(e.key), etag, e.ttl, now)
+				left = s.watch(PartitionKey(e.key), etag, left, now)
 			}
 			if left > 0 {
 				hs = append(hs, e.holder(e.key, left))
