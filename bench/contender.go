@@ -39,7 +39,7 @@ func (r Role) String() string {
 
 // Contender is one lock implementation on one store.
 type Contender struct {
-	// Store is "redis", "postgres", "etcd" or "sqlite".
+	// Store is "redis", "postgres", "etcd", "sqlite" or "aztable".
 	Store string
 	// Name is short and unique within the store ("fence", "redsync").
 	Name string
@@ -87,6 +87,9 @@ func Contenders(srv *Servers) []Contender {
 	if srv.SQLiteDir != "" {
 		cs = append(cs, sqliteContenders(srv.SQLiteDir)...)
 	}
+	if srv.AztableConn != "" {
+		cs = append(cs, aztableContenders(srv.AztableConn)...)
+	}
 	return cs
 }
 
@@ -109,7 +112,7 @@ func Comparisons(store string) []Comparison {
 		}
 	case "etcd":
 		return []Comparison{{"fence", "etcd-mutex"}, {"fence", "raw"}}
-	case "sqlite":
+	case "sqlite", "aztable":
 		return []Comparison{{"fence", "raw"}}
 	}
 	return nil

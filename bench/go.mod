@@ -5,6 +5,8 @@ go 1.26.0
 replace github.com/fencing/fence => ../
 
 require (
+	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.24.0
+	github.com/Azure/azure-sdk-for-go/sdk/data/aztables v1.4.1
 	github.com/bsm/redislock v0.9.4
 	github.com/fencing/fence v0.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
@@ -27,10 +29,13 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
+require github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect
+
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
+	github.com/fencing/fence/fenceaztable v0.0.0
 	github.com/fencing/fence/fenceetcd v0.0.0
 	github.com/fencing/fence/fencepg v0.0.0
 	github.com/fencing/fence/fenceredis v0.0.0
@@ -60,3 +65,5 @@ replace github.com/fencing/fence/fencepg => ../fencepg
 replace github.com/fencing/fence/fenceetcd => ../fenceetcd
 
 replace github.com/fencing/fence/fencesqlite => ../fencesqlite
+
+replace github.com/fencing/fence/fenceaztable => ../fenceaztable

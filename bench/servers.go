@@ -19,7 +19,7 @@ import (
 )
 
 // Stores are the stores the benchmark knows, in report order.
-var Stores = []string{"redis", "postgres", "etcd", "sqlite"}
+var Stores = []string{"redis", "postgres", "etcd", "sqlite", "aztable"}
 
 // Servers are the private servers the contenders run against.
 type Servers struct {
@@ -27,7 +27,8 @@ type Servers struct {
 	PostgresDSN   string
 	EtcdEndpoints []string
 	// SQLiteDir is the directory of the SQLite contenders' database files.
-	SQLiteDir string
+	SQLiteDir   string
+	AztableConn string // an Azure Storage connection string
 	// Versions are the servers' own version strings, by store.
 	Versions map[string]string
 
@@ -68,6 +69,13 @@ func StartServers(tb testing.TB, stores []string) *Servers {
 		case "sqlite":
 			srv.SQLiteDir = tb.TempDir()
 			srv.Versions[s] = "SQLite " + sqliteVersion(ctx, srv.SQLiteDir)
+		case "aztable":
+			az := testserver.AzuriteTable(tb)
+			srv.AztableConn = az.ConnectionString()
+			srv.Versions[s] = aztableVersion(ctx, az.TableURL())
+			if err := setupAztable(ctx, srv.AztableConn); err != nil {
+				tb.Fatalf("bench: aztable setup: %v", err)
+			}
 		default:
 			tb.Fatalf("bench: unknown store %q (known: %s)", s, strings.Join(Stores, ", "))
 		}

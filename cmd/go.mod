@@ -92,6 +92,7 @@ require (
 )
 
 require (
+	github.com/Azure/azure-sdk-for-go/sdk/data/aztables v1.4.1
 	github.com/anishathalye/porcupine v1.3.1
 	k8s.io/client-go v0.37.2
 )
@@ -116,6 +117,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/fencing/fence v0.0.0
 	github.com/fencing/fence/fenceazblob v0.0.0
+	github.com/fencing/fence/fenceaztable v0.0.0
 	github.com/fencing/fence/fenceetcd v0.0.0
 	github.com/fencing/fence/fencek8s v0.0.0
 	github.com/fencing/fence/fencemysql v0.0.0
@@ -163,3 +165,5 @@ replace github.com/fencing/fence/fencesqlite => ../fencesqlite
 replace github.com/fencing/fence/fenceotel => ../fenceotel
 
 replace github.com/fencing/fence/fencek8s => ../fencek8s
+
+replace github.com/fencing/fence/fenceaztable => ../fenceaztable

@@ -21,6 +21,8 @@ func TestEveryStoreClosedPortAnswersPromptly(t *testing.T) {
 	urls := map[string]string{
 		"azblob":          "azblob://%[1]s/devstoreaccount1/locks?sv=2024-08-04&sig=c2ln",
 		"azblob+http":     "azblob+http://%[1]s/devstoreaccount1/locks",
+		"aztable":         "aztable://%[1]s/devstoreaccount1/locks?sv=2024-08-04&sig=c2ln",
+		"aztable+http":    "aztable+http://%[1]s/devstoreaccount1/locks",
 		"etcd":            "etcd://%[1]s/locks",
 		"mysql":           "mysql://app:pw@%[1]s/db",
 		"nats":            "nats://%[1]s/locks",

@@ -93,6 +93,10 @@ var knownImports = map[string]string{
 	"redis":     "github.com/redis/go-redis/v9",
 	"rest":      "k8s.io/client-go/rest",
 	"zk":        "github.com/go-zookeeper/zk",
+
+	// docs/aztable.md
+	"fenceaztable": "github.com/fencing/fence/fenceaztable",
+	"aztables":     "github.com/Azure/azure-sdk-for-go/sdk/data/aztables",
 }
 
 // prelude declares, once for every snippet, the names fragments use

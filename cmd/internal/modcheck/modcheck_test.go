@@ -29,6 +29,10 @@ var sdks = map[string][]string{
 	"fencesql":    nil, // database/sql: the program brings its driver
 	"fencesqlite": {"modernc.org/sqlite"},
 	"fencezk":     {"github.com/go-zookeeper/zk"},
+
+	// fenceaztable uses azcore itself (ETags, pipeline options) beside
+	// the table SDK, at the version fenceazblob's SDK needs.
+	"fenceaztable": {"github.com/Azure/azure-sdk-for-go/sdk/data/aztables", "github.com/Azure/azure-sdk-for-go/sdk/azcore"},
 }
 
 // limits bounds the graph of fence + one store where the issue that split

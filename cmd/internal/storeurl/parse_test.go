@@ -72,7 +72,8 @@ func TestNetworkSchemesNeedHost(t *testing.T) {
 	mu.RUnlock()
 	slices.Sort(names)
 	for _, want := range []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redlock", "redis+sentinel",
-		"rediss+sentinel", "postgres", "postgresql", "mysql", "etcd", "zk", "nats", "azblob", "azblob+http"} {
+		"rediss+sentinel", "postgres", "postgresql", "mysql", "etcd", "zk", "nats", "azblob", "azblob+http",
+		"aztable", "aztable+http"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("scheme %s is not registered", want)
 		}

@@ -149,6 +149,23 @@ func init() {
 			minTTL:  azureMinTTL,
 		}, nil
 	})
+	server("aztable", "aztable+http", "a private Azurite Table service (ETag compare-and-swap lease entities)", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.AzuriteTableServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.AzuriteTable(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs: []string{srv.Addr()},
+			url: func(a []string, _ time.Duration) string {
+				return "aztable+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
+			},
+			restart: restartProcess(env, "azurite-table", srv.Process),
+			// A contender takes a silent holder's key once it has seen
+			// the entity unchanged for a TTL, from its first look after
+			// the holder's last write: a polling step (up to 1 s) later.
+			hold: func(ttl time.Duration) time.Duration { return 2*ttl + time.Second },
+		}, nil
+	})
 	server("nats", "nats", "a private nats-server with JetStream", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.NATSServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.NATS(tb) }); err != nil {

@@ -1,0 +1,402 @@
+// Package fenceaztable is the fence driver for Azure Table storage, and
+// for the Table API of Azure Cosmos DB, which speaks the same protocol: a
+// lease is one entity per key, written only with optimistic concurrency
+// on its ETag, and the fencing token is a counter in the entity, bumped
+// by the same conditional write that grants the lease.
+//
+// Each key has one entity in the Store's table (the table is created if
+// missing; the entity on the key's first acquisition). Its properties are
+// the key, the token counter, the holder's owner id, TTL and metadata. An
+// acquisition reads the entity (one request), then writes it once:
+//
+//   - absent: insert it (the service refuses an insert over an existing
+//     entity), with the token seeded from the store's clock;
+//   - free (released, or freed behind its holder's back): replace it, only
+//     if its ETag is still the one just read (If-Match), with the counter
+//     bumped and the new holder;
+//   - held, and seen unchanged by this Store for the holder's full TTL:
+//     the holder has stopped renewing and its lease is over; replace it
+//     the same way;
+//   - held otherwise: the key is held; nothing is written.
+//
+// A renewal replaces the entity If-Match on the ETag of the holder's last
+// write (with the same token): a refusal means another wrote it since,
+// which is loss. Release replaces it the same way with the holder cleared
+// and the counter kept. Entities are never deleted: they are the
+// counters. An entity deleted anyway restarts its counter from the store's
+// clock, above every token issued before (see docs/aztable.md for the one
+// assumption).
+//
+// # Expiry without trusting a clock
+//
+// The table keeps no expiry: an entity stays as its holder last wrote it
+// whether or not the holder lives. A contender judges expiry on its own
+// monotonic clock: every holder write (acquisition, renewal) changes the
+// entity's ETag, so a Store that has seen the same ETag on a held entity
+// for the holder's whole TTL, counted from the moment the read that first
+// showed it came back, knows that the holder has not renewed for a TTL:
+// its lease is over on the holder's own clock too (the holder counts its
+// validity from before its write, minus a drift margin). The takeover is
+// If-Match on that ETag, so a renewal that lands in between wins. This is
+// the record-version design of the DynamoDB lock client and of
+// client-go's leader election. The entity's Timestamp (the time of its
+// last write, by the service's clock) is not used: comparing it with the
+// Date of a response compares two servers' clocks, and on Cosmos DB the
+// two come from different machines. The cost: a contender that comes to a
+// key whose holder died waits up to a full TTL from its first look, even
+// if the holder died long before; `fence status` from a fresh process
+// cannot tell a dead holder from a live one (see docs/aztable.md).
+//
+// The Table service has no notifications, so a waiting Acquire polls, one
+// read per attempt, with the Client's jittered backoff.
+//
+// See docs/aztable.md for what the store guarantees, what it costs, and
+// what differs on Cosmos DB and on Azurite, the emulator the tests run on.
+package fenceaztable
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+
+	"github.com/fencing/fence"
+)
+
+// Store keeps leases as entities of one table. It is safe for concurrent
+// use. It remembers, for the held keys it has looked at, which ETag it
+// saw first when: that is how it tells an expired lease (see the package
+// documentation).
+type Store struct {
+	t *aztables.Client
+
+	mu   sync.Mutex
+	seen map[string]sighting // by PartitionKey
+}
+
+// sighting is the first time this Store saw a held entity at one ETag.
+type sighting struct {
+	etag azcore.ETag
+	at   time.Time // monotonic: when the read that showed it came back
+}
+
+// maxSightings bounds the memory of sightings. Past it, they are all
+// forgotten: that only delays takeovers, never hastens one.
+const maxSightings = 100_000
+
+var (
+	_ fence.Driver    = (*Store)(nil)
+	_ fence.Inspector = (*Store)(nil)
+	_ fence.Lister    = (*Store)(nil)
+)
+
+// New returns a Store that keeps its leases in the table t names, created
+// on first use if it does not exist. Dedicate the table to fence, and give
+// the credential rights to read, add and update entities (and to create
+// the table, if it is to be created).
+//
+// Build t with ClientOptions for retries that suit leases; any
+// aztables.Client works.
+func New(t *aztables.Client) *Store {
+	if t == nil {
+		panic("fenceaztable: New with nil table client")
+	}
+	return &Store{t: t, seen: map[string]sighting{}}
+}
+
+// Table returns the store's table client.
+func (s *Store) Table() *aztables.Client { return s.t }
+
+// ClientOptions returns table client options suited to leases: few, quick
+// retries of a failed request (the Client retries renewals itself, within
+// the lease's validity) and a per-try timeout of a few seconds. The SDK's
+// defaults retry for up to minutes.
+func ClientOptions() *aztables.ClientOptions {
+	return &aztables.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Retry: policy.RetryOptions{
+			MaxRetries:    2,
+			TryTimeout:    5 * time.Second,
+			RetryDelay:    100 * time.Millisecond,
+			MaxRetryDelay: time.Second,
+		},
+	}}
+}
+
+// maxRaces bounds the lost races one TryAcquire retries. Each lost race
+// means another writer changed the entity: after a few, the key is
+// reported held.
+const maxRaces = 3
+
+// settleTimeout bounds the requests that settle a write whose outcome is
+// unknown, even when the caller's context is done.
+const settleTimeout = 10 * time.Second
+
+// Test hook: called after an acquisition reads the entity, before it
+// writes, to provoke the races the If-Match guards against.
+var testHookRead func(key string)
+
+// read returns key's entity, its ETag and the store's clock as the
+// response tells it; found false if there is no such entity (or table).
+func (s *Store) read(ctx context.Context, key string) (e entity, etag azcore.ETag, now *time.Time, found bool, err error) {
+	var resp *http.Response
+	r, err := s.t.GetEntity(policy.WithCaptureResponse(ctx, &resp), PartitionKey(key), rowKey, nil)
+	now = serverDate(resp)
+	if statusOf(err) == http.StatusNotFound {
+		return entity{}, "", now, false, nil
+	}
+	if err != nil {
+		return entity{}, "", now, false, err
+	}
+	e, err = parseEntity(r.Value)
+	if err != nil {
+		return entity{}, "", now, false, err
+	}
+	if e.key != key {
+		// Written by something other than fence, or a hash collision.
+		return entity{}, "", now, false, fmt.Errorf("entity %s holds key %q, not this key", PartitionKey(key), e.key)
+	}
+	return e, r.ETag, now, true, nil
+}
+
+// watch records that a read that came back at at showed key's entity held
+// at etag for ttl, and returns what is left of the lease as this Store
+// can tell: ttl from the first time it saw etag. A result <= 0 means the
+// holder has written nothing for its full TTL: the lease is over.
+func (s *Store) watch(name string, etag azcore.ETag, ttl time.Duration, at time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sg, ok := s.seen[name]
+	if !ok || sg.etag != etag {
+		if len(s.seen) >= maxSightings {
+			clear(s.seen)
+		}
+		sg = sighting{etag: etag, at: at}
+		s.seen[name] = sg
+	}
+	return ttl - at.Sub(sg.at)
+}
+
+// forget drops what the Store saw of name's entity.
+func (s *Store) forget(name string) {
+	s.mu.Lock()
+	delete(s.seen, name)
+	s.mu.Unlock()
+}
+
+// TryAcquire makes one attempt to take req.Key's entity for req.Owner and
+// issue the next token. See the package documentation for the steps.
+func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	op := "fenceaztable: acquire " + strconv.Quote(req.Key)
+	name := PartitionKey(req.Key)
+	want := entity{key: req.Key, owner: req.Owner, ttl: ttlMillis(req.TTL), meta: req.Meta}
+	// Fail on oversized holder metadata before sending anything.
+	if _, err := want.marshal(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	for range maxRaces {
+		cur, etag, now, found, err := s.read(ctx, req.Key)
+		if err != nil {
+			return nil, storageErr(op+": read", err)
+		}
+		if found && cur.held() {
+			left := s.watch(name, etag, cur.holdFor(req.TTL), time.Now())
+			if left > 0 {
+				h := cur.holder(req.Key, left)
+				return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+			}
+		}
+		want.token, err = nextToken(cur.token, now)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		if testHookRead != nil {
+			testHookRead(req.Key)
+		}
+		var tag azcore.ETag
+		if found {
+			tag, err = s.replace(ctx, &want, etag)
+		} else {
+			tag, err = s.insert(ctx, &want)
+		}
+		if err != nil {
+			if t, ok := s.mine(ctx, &want); ok {
+				if ctx.Err() != nil {
+					// Landed, but the caller has given up: undo it.
+					s.abandon(ctx, &want)
+					return nil, fmt.Errorf("%s: %w", op, ctx.Err())
+				}
+				tag, err = t, nil // the SDK retried a write that had landed
+			}
+		}
+		if err != nil {
+			if conflict(err) {
+				continue // changed (or made, or deleted) since the read
+			}
+			if !refused(err) {
+				// The write may have landed: let go of a lease it took.
+				s.abandon(ctx, &want)
+			}
+			return nil, storageErr(op+": write", err)
+		}
+		s.forget(name)
+		return &claim{s: s, e: want, etag: tag}, nil
+	}
+	// Every read was overtaken by another writer: the key is busy.
+	return nil, &fence.HeldError{Key: req.Key}
+}
+
+// insert adds e's entity, which must not exist yet, creating the table if
+// it is missing.
+func (s *Store) insert(ctx context.Context, e *entity) (azcore.ETag, error) {
+	b, err := e.marshal()
+	if err != nil {
+		return "", err
+	}
+	r, err := s.t.AddEntity(ctx, b, nil)
+	if codeOf(err) == string(aztables.TableNotFound) {
+		_, err = s.t.CreateTable(ctx, nil)
+		if err != nil && codeOf(err) != string(aztables.TableAlreadyExists) {
+			return "", err
+		}
+		r, err = s.t.AddEntity(ctx, b, nil)
+	}
+	if err != nil {
+		return "", err
+	}
+	return r.ETag, nil
+}
+
+// replace writes e's entity in place of the one whose ETag is etag.
+func (s *Store) replace(ctx context.Context, e *entity, etag azcore.ETag) (azcore.ETag, error) {
+	b, err := e.marshal()
+	if err != nil {
+		return "", err
+	}
+	r, err := s.t.UpdateEntity(ctx, b, &aztables.UpdateEntityOptions{IfMatch: &etag, UpdateMode: aztables.UpdateModeReplace})
+	if err != nil {
+		return "", err
+	}
+	return r.ETag, nil
+}
+
+// mine reports whether the entity is now exactly e (the same owner,
+// token and released mark), with its ETag: whether a write of e whose
+// answer was lost or refused on a retry had in fact landed. Only e's
+// writer writes an entity with e's owner and token.
+func (s *Store) mine(ctx context.Context, e *entity) (azcore.ETag, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	cur, etag, _, found, err := s.read(ctx, e.key)
+	if err != nil || !found {
+		return "", false
+	}
+	return etag, cur.owner == e.owner && cur.token == e.token && cur.released == e.released
+}
+
+// abandon frees the key if a write whose outcome is unknown made e its
+// holder, even if ctx is done (a cancelled wait must leave nothing
+// behind). If that fails too, the entity looks held until contenders have
+// watched it for its TTL.
+func (s *Store) abandon(ctx context.Context, e *entity) {
+	etag, ok := s.mine(ctx, e)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	free := entity{key: e.key, token: e.token, ttl: e.ttl, released: e.owner}
+	_, _ = s.replace(ctx, &free, etag)
+}
+
+// claim is one granted lease: the entity as its holder last wrote it.
+type claim struct {
+	s        *Store
+	e        entity
+	etag     azcore.ETag
+	released bool
+}
+
+func (c *claim) Token() int64 { return c.e.token }
+
+// Extend writes the entity again, with the new TTL, only if it is still
+// as this holder last wrote it: the new ETag restarts every contender's
+// watch.
+func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
+	op := "fenceaztable: renew " + strconv.Quote(c.e.key)
+	if c.released {
+		return fmt.Errorf("%s: %w: released", op, fence.ErrNotHeld)
+	}
+	next := c.e
+	next.ttl = ttlMillis(ttl)
+	return c.write(ctx, op, next)
+}
+
+// Release writes the entity with the holder cleared (and the counter
+// kept), only if it is still as this holder last wrote it.
+func (c *claim) Release(ctx context.Context) error {
+	op := "fenceaztable: release " + strconv.Quote(c.e.key)
+	if c.released {
+		return fmt.Errorf("%s: %w: released", op, fence.ErrNotHeld)
+	}
+	next := entity{key: c.e.key, token: c.e.token, ttl: c.e.ttl, released: c.e.owner}
+	err := c.write(ctx, op, next)
+	if err == nil {
+		c.released = true
+	}
+	return err
+}
+
+// write replaces the entity with next If-Match on the holder's last ETag.
+// A refusal (another wrote the entity since, or deleted it) is
+// fence.ErrNotHeld; other errors (5xx, the network) are returned as they
+// are: the store may still hold the lease, and the Client retries.
+func (c *claim) write(ctx context.Context, op string, next entity) error {
+	tag, err := c.s.replace(ctx, &next, c.etag)
+	if err != nil {
+		if t, ok := c.s.mine(ctx, &next); ok {
+			tag, err = t, nil // the SDK retried a write that had landed
+		}
+	}
+	if err != nil {
+		if conflict(err) {
+			return notHeldErr(op, err)
+		}
+		return storageErr(op, err)
+	}
+	c.e, c.etag = next, tag
+	return nil
+}
+
+// Break frees key at once, behind its holder's back, as an operator
+// would: the holder's next renewal is refused and its lease lost, and the
+// key is free for other contenders at once. The token counter is kept,
+// so tokens go on growing. It is meant for tests of how code reacts to a
+// lost lease. Break returns an error matching fence.ErrNotHeld if the key
+// is not held.
+func (s *Store) Break(ctx context.Context, key string) error {
+	if err := fence.ValidateKey(key); err != nil {
+		return err
+	}
+	op := "fenceaztable: break " + strconv.Quote(key)
+	cur, etag, _, found, err := s.read(ctx, key)
+	if err != nil {
+		return storageErr(op, err)
+	}
+	if !found || !cur.held() {
+		return fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
+	}
+	free := entity{key: key, token: cur.token, ttl: cur.ttl}
+	if _, err := s.replace(ctx, &free, etag); err != nil {
+		if conflict(err) {
+			return notHeldErr(op, err)
+		}
+		return storageErr(op, err)
+	}
+	return nil
+}
