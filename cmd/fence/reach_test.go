@@ -37,10 +37,16 @@ func TestEveryStoreClosedPortAnswersPromptly(t *testing.T) {
 		"redlock":         "redlock://%[1]s,%[1]s,%[1]s,%[1]s,%[1]s",
 		"zk":              "zk://%[1]s/locks",
 	}
-	// Every scheme help lists is here, but for the stores on this host.
+	// Every scheme help lists is here, but for the stores on this host and
+	// k8s, whose API server's address is in a kubeconfig, not in the URL
+	// (not covered here: a leftover of the issue that added it).
 	for _, form := range storeurl.Forms() {
 		scheme, _, ok := strings.Cut(form, ":")
-		if ok && !strings.Contains(scheme, " ") && scheme != "file" && scheme != "mem" && scheme != "sqlite" && urls[scheme] == "" {
+		switch scheme {
+		case "file", "mem", "sqlite", "k8s":
+			continue
+		}
+		if ok && !strings.Contains(scheme, " ") && urls[scheme] == "" {
 			t.Errorf("no closed-port case for the store form %s", form)
 		}
 	}
