@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -62,101 +60,29 @@ func openAzblob(_ context.Context, u *url.URL) (fence.Driver, io.Closer, error) 
 	opts.Transport = &http.Client{Transport: tr}
 	closer := idleCloser{tr}
 
-	if u.Scheme == "azblob" && u.Host == "" {
-		name := strings.Trim(u.Path, "/")
-		if u.User != nil || u.RawQuery != "" {
-			return nil, nil, badURL(u, "azblob:///CONTAINER takes its account and credential from %s only", envAzureConnectionString)
-		}
-		if err := checkContainerName(name); err != nil {
-			return nil, nil, badURL(u, "%v", err)
-		}
-		cs := os.Getenv(envAzureConnectionString)
-		if cs == "" {
-			return nil, nil, fmt.Errorf("azblob:///%s takes its account and credential from %s, which is not set", name, envAzureConnectionString)
-		}
-		c, err := container.NewClientFromConnectionString(cs, name, opts)
+	t, err := parseAzure(u, "azblob", "CONTAINER", checkContainerName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t.connString != "" {
+		c, err := container.NewClientFromConnectionString(t.connString, t.name, opts)
 		if err != nil {
 			// The SDK's message may quote the connection string.
 			return nil, nil, fmt.Errorf("%s is not a usable connection string", envAzureConnectionString)
 		}
 		return fenceazblob.New(c), closer, nil
 	}
-
-	scheme := "https"
-	if u.Scheme == "azblob+http" {
-		scheme = "http"
-	}
-	segs := strings.Split(strings.Trim(u.Path, "/"), "/")
-	var account, name string
-	switch len(segs) {
-	case 1: // host-style: the account is the host name's first label
-		name = segs[0]
-		host := u.Hostname()
-		if i := strings.IndexByte(host, '.'); i > 0 && net.ParseIP(host) == nil {
-			account = host[:i]
-		} else {
-			return nil, nil, badURL(u, "name the account in the path: %s://%s/ACCOUNT/CONTAINER", u.Scheme, u.Host)
-		}
-	case 2: // path-style, as emulators and custom endpoints take it
-		account, name = segs[0], segs[1]
-	default:
-		return nil, nil, badURL(u, "want a container: %s://HOST/CONTAINER or %s://HOST/ACCOUNT/CONTAINER", u.Scheme, u.Scheme)
-	}
-	if err := checkContainerName(name); err != nil {
-		return nil, nil, badURL(u, "%v", err)
-	}
-	endpoint := scheme + "://" + u.Host + "/"
-	if len(segs) == 2 {
-		endpoint += account + "/"
-	}
-	endpoint += name
-
-	var key, sas string
-	if u.User != nil {
-		p, ok := u.User.Password()
-		if !ok || p == "" {
-			return nil, nil, badURL(u, "user info must be ACCOUNT:KEY")
-		}
-		if user := u.User.Username(); user != "" && user != account {
-			return nil, nil, badURL(u, "the key is for account %q, the URL names account %q", user, account)
-		}
-		key = p
-	}
-	if u.RawQuery != "" {
-		if key != "" {
-			return nil, nil, badURL(u, "give a key or a SAS token, not both")
-		}
-		if !u.Query().Has("sig") {
-			return nil, nil, badURL(u, "the query must be a SAS token (sv=...&sig=...)")
-		}
-		sas = u.RawQuery
-	}
-	if key == "" && sas == "" {
-		key = os.Getenv(envAzureKey)
-		sas = strings.TrimPrefix(os.Getenv(envAzureSAS), "?")
-		if key != "" {
-			sas = ""
-		}
-	}
-	if key == "" && sas == "" && account == emulatorAccount {
-		key = emulatorKey
-	}
-
 	var c *container.Client
-	var err error
 	switch {
-	case key != "":
-		cred, cerr := container.NewSharedKeyCredential(account, key)
+	case t.key != "":
+		cred, cerr := container.NewSharedKeyCredential(t.account, t.key)
 		if cerr != nil {
 			// Never repeat the key.
 			return nil, nil, errors.New("the account key is not valid base64 (percent-encode / + = in a URL)")
 		}
-		c, err = container.NewClientWithSharedKeyCredential(endpoint, cred, opts)
-	case sas != "":
-		c, err = container.NewClientWithNoCredential(endpoint+"?"+sas, opts)
+		c, err = container.NewClientWithSharedKeyCredential(t.endpoint, cred, opts)
 	default:
-		return nil, nil, fmt.Errorf("no credential for account %q: give ACCOUNT:KEY@ or a SAS token in the URL, or set %s or %s",
-			account, envAzureKey, envAzureSAS)
+		c, err = container.NewClientWithNoCredential(t.endpoint+"?"+t.sas, opts)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("azure blob container client: %w", err)
