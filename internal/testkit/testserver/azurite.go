@@ -50,31 +50,38 @@ func Azurite(t testing.TB, opts ...Option) *AzuriteServer {
 		if err != nil {
 			return err
 		}
-		url := "http://127.0.0.1:" + strconv.Itoa(port) + "/" + AzuriteAccount + "?comp=list"
-		s.Process = newProcess(t, procSpec{
-			name: "azurite-blob",
-			path: bin,
-			args: append([]string{
-				"--blobHost", "127.0.0.1",
-				"--blobPort", strconv.Itoa(port),
-				"--location", dir,
-				"--skipApiVersionCheck", // newer SDKs send API versions it does not know yet
-				"--loose",
-				"--disableTelemetry",
-			}, o.args...),
-			dir:  dir,
-			port: port,
-			ping: func(ctx context.Context) error {
-				_, err := httpGet(ctx, url, func(resp *http.Response) error {
-					if !strings.Contains(resp.Header.Get("Server"), "Azurite") {
-						return fmt.Errorf("answer from %q, not Azurite", resp.Header.Get("Server"))
-					}
-					return nil
-				})
-				return err
-			},
-		})
+		s.Process = newProcess(t, azuriteSpec("azurite-blob", bin, "blob", dir, port, "?comp=list", o.args))
 		return s.start()
 	})
 	return s
+}
+
+// azuriteSpec is the process of one Azurite service (the npm package's
+// azurite-blob or azurite-table script at bin) on port, answering HTTP
+// as Azurite at the path ping.
+func azuriteSpec(name, bin, service, dir string, port int, ping string, args []string) procSpec {
+	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/" + AzuriteAccount + ping
+	return procSpec{
+		name: name,
+		path: bin,
+		args: append([]string{
+			"--" + service + "Host", "127.0.0.1",
+			"--" + service + "Port", strconv.Itoa(port),
+			"--location", dir,
+			"--skipApiVersionCheck", // newer SDKs send API versions it does not know yet
+			"--loose",
+			"--disableTelemetry",
+		}, args...),
+		dir:  dir,
+		port: port,
+		ping: func(ctx context.Context) error {
+			_, err := httpGet(ctx, url, func(resp *http.Response) error {
+				if !strings.Contains(resp.Header.Get("Server"), "Azurite") {
+					return fmt.Errorf("answer from %q, not Azurite", resp.Header.Get("Server"))
+				}
+				return nil
+			})
+			return err
+		},
+	}
 }

@@ -1,13 +1,9 @@
 package testserver
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -53,30 +49,7 @@ func AzuriteTable(t testing.TB, opts ...Option) *AzuriteTableServer {
 		if err != nil {
 			return err
 		}
-		url := "http://127.0.0.1:" + strconv.Itoa(port) + "/" + AzuriteAccount + "/Tables"
-		s.Process = newProcess(t, procSpec{
-			name: "azurite-table",
-			path: bin,
-			args: append([]string{
-				"--tableHost", "127.0.0.1",
-				"--tablePort", strconv.Itoa(port),
-				"--location", dir,
-				"--skipApiVersionCheck", // newer SDKs send API versions it does not know yet
-				"--loose",
-				"--disableTelemetry",
-			}, o.args...),
-			dir:  dir,
-			port: port,
-			ping: func(ctx context.Context) error {
-				_, err := httpGet(ctx, url, func(resp *http.Response) error {
-					if !strings.Contains(resp.Header.Get("Server"), "Azurite") {
-						return fmt.Errorf("answer from %q, not Azurite", resp.Header.Get("Server"))
-					}
-					return nil
-				})
-				return err
-			},
-		})
+		s.Process = newProcess(t, azuriteSpec("azurite-table", bin, "table", dir, port, "/Tables", o.args))
 		return s.start()
 	})
 	return s
