@@ -59,7 +59,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -67,6 +66,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/sighting"
 )
 
 // Store keeps leases as entities of one table. It is safe for concurrent
@@ -76,19 +76,8 @@ import (
 type Store struct {
 	t *aztables.Client
 
-	mu   sync.Mutex
-	seen map[string]sighting // by PartitionKey
+	seen sighting.Book // by PartitionKey: when this Store first saw each ETag
 }
-
-// sighting is the first time this Store saw a held entity at one ETag.
-type sighting struct {
-	etag azcore.ETag
-	at   time.Time // monotonic: when the read that showed it came back
-}
-
-// maxSightings bounds the memory of sightings. Past it, they are all
-// forgotten: that only delays takeovers, never hastens one.
-const maxSightings = 100_000
 
 var (
 	_ fence.Driver    = (*Store)(nil)
@@ -107,7 +96,7 @@ func New(t *aztables.Client) *Store {
 	if t == nil {
 		panic("fenceaztable: New with nil table client")
 	}
-	return &Store{t: t, seen: map[string]sighting{}}
+	return &Store{t: t}
 }
 
 // Table returns the store's table client.
@@ -166,28 +155,14 @@ func (s *Store) read(ctx context.Context, key string) (e entity, etag azcore.ETa
 
 // watch records that a read that came back at at showed key's entity held
 // at etag for ttl, and returns what is left of the lease as this Store
-// can tell: ttl from the first time it saw etag. A result <= 0 means the
-// holder has written nothing for its full TTL: the lease is over.
+// can tell (sighting.Book.Left). A result <= 0 means the holder has
+// written nothing for its full TTL: the lease is over.
 func (s *Store) watch(name string, etag azcore.ETag, ttl time.Duration, at time.Time) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sg, ok := s.seen[name]
-	if !ok || sg.etag != etag {
-		if len(s.seen) >= maxSightings {
-			clear(s.seen)
-		}
-		sg = sighting{etag: etag, at: at}
-		s.seen[name] = sg
-	}
-	return ttl - at.Sub(sg.at)
+	return s.seen.Left(name, string(etag), ttl, at)
 }
 
 // forget drops what the Store saw of name's entity.
-func (s *Store) forget(name string) {
-	s.mu.Lock()
-	delete(s.seen, name)
-	s.mu.Unlock()
-}
+func (s *Store) forget(name string) { s.seen.Forget(name) }
 
 // TryAcquire makes one attempt to take req.Key's entity for req.Owner and
 // issue the next token. See the package documentation for the steps.

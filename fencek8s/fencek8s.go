@@ -76,7 +76,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -91,6 +90,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/metajson"
+	"github.com/fencing/fence/internal/kit/sighting"
 )
 
 // The annotations the driver keeps on a Lease.
@@ -114,14 +114,7 @@ type Store struct {
 	leases    coordinationclient.LeaseInterface
 	namespace string
 
-	mu   sync.Mutex
-	seen map[string]sighting // by Lease name: what this driver last read
-}
-
-// sighting is a version of a Lease and when this driver first read it.
-type sighting struct {
-	rv string
-	at time.Time // monotonic
+	seen sighting.Book // by Lease name: when this driver first read each resourceVersion
 }
 
 var (
@@ -135,7 +128,7 @@ var (
 // get, list, watch, create and update on leases there (delete only to let
 // an operator remove them); see docs/kubernetes.md for a Role.
 func New(cs kubernetes.Interface, namespace string) *Store {
-	return &Store{leases: cs.CoordinationV1().Leases(namespace), namespace: namespace, seen: make(map[string]sighting)}
+	return &Store{leases: cs.CoordinationV1().Leases(namespace), namespace: namespace}
 }
 
 // NewForConfig is New with a clientset made from cfg (for example
@@ -282,22 +275,10 @@ func tokenBase(l *coordinationv1.Lease) (int64, bool) {
 // holder may hold it without writing it: the lease duration from the first
 // time this driver read l's resourceVersion.
 func (d *Store) observe(l *coordinationv1.Lease) time.Duration {
-	now := time.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, ok := d.seen[l.Name]
-	if !ok || s.rv != l.ResourceVersion {
-		s = sighting{rv: l.ResourceVersion, at: now}
-		d.seen[l.Name] = s
-	}
-	return duration(l) - now.Sub(s.at)
+	return d.seen.Left(l.Name, l.ResourceVersion, duration(l), time.Now())
 }
 
-func (d *Store) forget(name string) {
-	d.mu.Lock()
-	delete(d.seen, name)
-	d.mu.Unlock()
-}
+func (d *Store) forget(name string) { d.seen.Forget(name) }
 
 func duration(l *coordinationv1.Lease) time.Duration {
 	return time.Duration(value(l.Spec.LeaseDurationSeconds)) * time.Second
