@@ -69,6 +69,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/azkit"
 )
 
 // The range of a fixed-duration Azure blob lease.
@@ -181,7 +182,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			continue
 		}
 		if err != nil {
-			return nil, storageErr(op+": read", err)
+			return nil, azkit.Err(op+": read", err)
 		}
 		if held(props.LeaseState) {
 			h := holderFrom(req.Key, props.Metadata, props.LeaseState)
@@ -204,12 +205,12 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		case bloberror.HasCode(err, bloberror.LeaseAlreadyPresent, bloberror.LeaseIsBreakingAndCannotBeAcquired):
 			return nil, &fence.HeldError{Key: req.Key} // taken since the read
 		case err != nil:
-			if !refused(err) {
+			if !azkit.Refused(err) {
 				// The request may have reached the service: let go of a
 				// lease it may have granted.
 				s.abandon(ctx, lc)
 			}
-			return nil, storageErr(op+": lease", err)
+			return nil, azkit.Err(op+": lease", err)
 		}
 		if testHookLeased != nil {
 			testHookLeased(req.Key)
@@ -224,7 +225,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: acq.ETag},
 			LeaseAccessConditions:    &blob.LeaseAccessConditions{LeaseID: &id},
 		}})
-		if err != nil && statusOf(err) == http.StatusPreconditionFailed && s.written(ctx, b, id, req.Owner, token) {
+		if err != nil && azkit.Status(err) == http.StatusPreconditionFailed && s.written(ctx, b, id, req.Owner, token) {
 			err = nil // the SDK retried a write that had landed
 		}
 		if err != nil {
@@ -232,19 +233,12 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			if lostLease(err) {
 				continue // broken (or expired) and taken since: read again
 			}
-			return nil, storageErr(op+": write token", err)
+			return nil, azkit.Err(op+": write token", err)
 		}
 		return &claim{key: req.Key, lc: lc, token: token, dur: dur}, nil
 	}
 	// Every read was overtaken by another acquisition: the key is busy.
 	return nil, &fence.HeldError{Key: req.Key}
-}
-
-// refused reports whether the service answered a request with a client
-// error, so that it changed nothing.
-func refused(err error) bool {
-	st := statusOf(err)
-	return st >= 400 && st < 500 && st != http.StatusRequestTimeout && st != http.StatusTooManyRequests
 }
 
 // lostLease reports whether a write under a lease failed because the lease
@@ -296,12 +290,12 @@ func (s *Store) create(ctx context.Context, key, name string) error {
 	if bloberror.HasCode(err, bloberror.ContainerNotFound) {
 		_, err = s.c.Create(ctx, nil)
 		if err != nil && !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
-			return storageErr("fenceazblob: create container", err)
+			return azkit.Err("fenceazblob: create container", err)
 		}
 		err = upload()
 	}
 	if err != nil && !bloberror.HasCode(err, bloberror.BlobAlreadyExists, bloberror.ConditionNotMet) {
-		return storageErr("fenceazblob: acquire "+strconv.Quote(key)+": create blob", err)
+		return azkit.Err("fenceazblob: acquire "+strconv.Quote(key)+": create blob", err)
 	}
 	return nil
 }

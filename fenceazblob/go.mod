@@ -7,6 +7,7 @@ replace github.com/fencing/fence => ..
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.24.0
 	github.com/Azure/azure-sdk-for-go/sdk/storage/azblob v1.8.3
+	github.com/fencing/fence/internal/azkit v0.0.0
 )
 
 require github.com/fencing/fence v0.0.0
@@ -26,3 +27,5 @@ require (
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace github.com/fencing/fence/internal/azkit => ../internal/azkit

@@ -17,6 +17,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/azkit"
 )
 
 // The blob's metadata holds the token counter and the current (or last)
@@ -154,7 +155,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	case bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound):
 		return fence.Holder{}, fmt.Errorf("fenceazblob: inspect %q: %w: no such blob", key, fence.ErrNotHeld)
 	case err != nil:
-		return fence.Holder{}, storageErr("fenceazblob: inspect "+strconv.Quote(key), err)
+		return fence.Holder{}, azkit.Err("fenceazblob: inspect "+strconv.Quote(key), err)
 	case !held(props.LeaseState):
 		return fence.Holder{}, fmt.Errorf("fenceazblob: inspect %q: %w", key, fence.ErrNotHeld)
 	}
@@ -202,7 +203,7 @@ func (s *Store) listBlobs(ctx context.Context, prefix string, f func(string, *co
 			return nil
 		}
 		if err != nil {
-			return storageErr("fenceazblob: list", err)
+			return azkit.Err("fenceazblob: list", err)
 		}
 		for _, item := range page.Segment.BlobItems {
 			if item.Name == nil || item.Properties == nil || !held(item.Properties.LeaseState) {
@@ -220,7 +221,7 @@ func (s *Store) listBlobs(ctx context.Context, prefix string, f func(string, *co
 func (s *Store) hashedKey(ctx context.Context, name string) (string, error) {
 	resp, err := s.c.NewBlobClient(name).DownloadStream(ctx, nil)
 	if err != nil {
-		return "", storageErr("fenceazblob: list: read "+name, err)
+		return "", azkit.Err("fenceazblob: list: read "+name, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, fence.MaxKeyLen+1))

@@ -66,6 +66,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/azkit"
 	"github.com/fencing/fence/internal/kit/sighting"
 )
 
@@ -136,7 +137,7 @@ func (s *Store) read(ctx context.Context, key string) (e entity, etag azcore.ETa
 	var resp *http.Response
 	r, err := s.t.GetEntity(policy.WithCaptureResponse(ctx, &resp), PartitionKey(key), rowKey, nil)
 	now = serverDate(resp)
-	if statusOf(err) == http.StatusNotFound {
+	if azkit.Status(err) == http.StatusNotFound {
 		return entity{}, "", now, false, nil
 	}
 	if err != nil {
@@ -177,7 +178,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	for range maxRaces {
 		cur, etag, now, found, err := s.read(ctx, req.Key)
 		if err != nil {
-			return nil, storageErr(op+": read", err)
+			return nil, azkit.Err(op+": read", err)
 		}
 		if found && cur.held() {
 			left := s.watch(name, etag, cur.holdFor(req.TTL), time.Now())
@@ -210,14 +211,14 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			}
 		}
 		if err != nil {
-			if conflict(err) {
+			if azkit.Conflict(err) {
 				continue // changed (or made, or deleted) since the read
 			}
-			if !refused(err) {
+			if !azkit.Refused(err) {
 				// The write may have landed: let go of a lease it took.
 				s.abandon(ctx, &want)
 			}
-			return nil, storageErr(op+": write", err)
+			return nil, azkit.Err(op+": write", err)
 		}
 		s.forget(name)
 		return &claim{s: s, e: want, etag: tag}, nil
@@ -234,9 +235,9 @@ func (s *Store) insert(ctx context.Context, e *entity) (azcore.ETag, error) {
 		return "", err
 	}
 	r, err := s.t.AddEntity(ctx, b, nil)
-	if codeOf(err) == string(aztables.TableNotFound) {
+	if azkit.Code(err) == string(aztables.TableNotFound) {
 		_, err = s.t.CreateTable(ctx, nil)
-		if err != nil && codeOf(err) != string(aztables.TableAlreadyExists) {
+		if err != nil && azkit.Code(err) != string(aztables.TableAlreadyExists) {
 			return "", err
 		}
 		r, err = s.t.AddEntity(ctx, b, nil)
@@ -339,10 +340,10 @@ func (c *claim) write(ctx context.Context, op string, next entity) error {
 		}
 	}
 	if err != nil {
-		if conflict(err) {
-			return notHeldErr(op, err)
+		if azkit.Conflict(err) {
+			return azkit.NotHeld(op, err)
 		}
-		return storageErr(op, err)
+		return azkit.Err(op, err)
 	}
 	c.e, c.etag = next, tag
 	return nil
@@ -361,17 +362,17 @@ func (s *Store) Break(ctx context.Context, key string) error {
 	op := "fenceaztable: break " + strconv.Quote(key)
 	cur, etag, _, found, err := s.read(ctx, key)
 	if err != nil {
-		return storageErr(op, err)
+		return azkit.Err(op, err)
 	}
 	if !found || !cur.held() {
 		return fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 	}
 	free := entity{key: key, token: cur.token, ttl: cur.ttl}
 	if _, err := s.replace(ctx, &free, etag); err != nil {
-		if conflict(err) {
-			return notHeldErr(op, err)
+		if azkit.Conflict(err) {
+			return azkit.NotHeld(op, err)
 		}
-		return storageErr(op, err)
+		return azkit.Err(op, err)
 	}
 	return nil
 }

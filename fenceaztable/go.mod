@@ -8,6 +8,7 @@ require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.24.0
 	github.com/Azure/azure-sdk-for-go/sdk/data/aztables v1.4.1
 	github.com/fencing/fence v0.0.0
+	github.com/fencing/fence/internal/azkit v0.0.0
 )
 
 require (
@@ -15,3 +16,5 @@ require (
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace github.com/fencing/fence/internal/azkit => ../internal/azkit

@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/azkit"
 )
 
 // Inspect returns the holder of key, or an error matching fence.ErrNotHeld
@@ -27,7 +28,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	cur, etag, _, found, err := s.read(ctx, key)
 	switch {
 	case err != nil:
-		return fence.Holder{}, storageErr(op, err)
+		return fence.Holder{}, azkit.Err(op, err)
 	case !found:
 		return fence.Holder{}, fmt.Errorf("%s: %w: no such entity", op, fence.ErrNotHeld)
 	case !cur.held():
@@ -51,11 +52,11 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 	now := time.Now()
 	for pager.More() {
 		page, err := pager.NextPage(ctx)
-		if codeOf(err) == string(aztables.TableNotFound) {
+		if azkit.Code(err) == string(aztables.TableNotFound) {
 			return nil, nil
 		}
 		if err != nil {
-			return nil, storageErr("fenceaztable: list", err)
+			return nil, azkit.Err("fenceaztable: list", err)
 		}
 		for _, raw := range page.Entities {
 			e, err := parseEntity(raw)

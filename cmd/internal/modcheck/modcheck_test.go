@@ -101,13 +101,23 @@ func graph(t *testing.T, root string, mods []string, pkgs []string) []string {
 	dir := t.TempDir()
 	var mod, sum strings.Builder
 	mod.WriteString("module example.com/scratch\n\ngo 1.26.0\n\n")
-	for _, m := range mods {
-		path := "github.com/fencing/fence"
-		if m != "." {
-			path += "/" + m
+	modPath := func(m string) string {
+		if m == "." {
+			return "github.com/fencing/fence"
 		}
-		mod.WriteString("require " + path + " v0.0.0\n")
-		mod.WriteString("replace " + path + " => " + filepath.Join(root, m) + "\n")
+		return "github.com/fencing/fence/" + filepath.ToSlash(m)
+	}
+	for _, m := range mods {
+		mod.WriteString("require " + modPath(m) + " v0.0.0\n")
+	}
+	// Every module of the checkout is replaced by its directory, required
+	// or not: a store module may require a module of ours that the
+	// program does not name (the Azure stores' azkit), and a dependency's
+	// own replace directives do not apply to the program.
+	for _, m := range workspace(t, root) {
+		mod.WriteString("replace " + modPath(m) + " => " + filepath.Join(root, m) + "\n")
+	}
+	for _, m := range mods {
 		b, err := os.ReadFile(filepath.Join(root, m, "go.sum"))
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
