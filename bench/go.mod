@@ -29,7 +29,10 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
-require github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect
+require (
+	github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect
+	github.com/fencing/fence/internal/azkit v0.0.0 // indirect
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -67,3 +70,5 @@ replace github.com/fencing/fence/fenceetcd => ../fenceetcd
 replace github.com/fencing/fence/fencesqlite => ../fencesqlite
 
 replace github.com/fencing/fence/fenceaztable => ../fenceaztable
+
+replace github.com/fencing/fence/internal/azkit => ../internal/azkit

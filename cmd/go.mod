@@ -33,6 +33,7 @@ require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
+	github.com/fencing/fence/internal/azkit v0.0.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
@@ -167,3 +168,5 @@ replace github.com/fencing/fence/fenceotel => ../fenceotel
 replace github.com/fencing/fence/fencek8s => ../fencek8s
 
 replace github.com/fencing/fence/fenceaztable => ../fenceaztable
+
+replace github.com/fencing/fence/internal/azkit => ../internal/azkit
