@@ -272,6 +272,49 @@ func TestElectorTaskContextEndsWithLeadership(t *testing.T) {
 	})
 }
 
+// A job that runs on past the loss of leadership keeps the term open, and
+// the Election's health check reports it once grace has passed; when the
+// job returns, the term ends and the check is healthy again.
+func TestElectorTermOutlastsAStuckJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		store := fencemem.New()
+		election := fence.New(store, fence.WithTTL(3*time.Second)).Election("leader")
+		e := fencegocron.NewElector(election)
+		done := make(chan struct{})
+		go func() { _ = e.Run(ctx); close(done) }()
+		synctest.Wait()
+		lost := make(chan struct{})
+		release := make(chan struct{})
+		job := make(chan error, 1)
+		go func() {
+			job <- e.Task(func(ctx context.Context, l *fence.Lease) error {
+				store.Delete("leader") // the next renewal is refused
+				<-ctx.Done()
+				close(lost)
+				<-release // stuck: it does not stop when its context ends
+				return nil
+			})(ctx)
+		}()
+		<-lost
+		if err := election.Healthy(time.Second); err != nil {
+			t.Errorf("health just after the loss: %v; want healthy within grace", err)
+		}
+		time.Sleep(time.Second)
+		if err := election.Healthy(time.Second); !errors.Is(err, fence.ErrLost) {
+			t.Errorf("health a second after the loss, the job still running: %v; want ErrLost", err)
+		}
+		close(release)
+		<-job
+		synctest.Wait()
+		if err := election.Healthy(time.Second); err != nil {
+			t.Errorf("health once the job returned: %v; want healthy", err)
+		}
+		cancel()
+		<-done
+	})
+}
+
 func newScheduler(t *testing.T, opts ...gocron.SchedulerOption) gocron.Scheduler {
 	t.Helper()
 	s, err := gocron.NewScheduler(opts...)
