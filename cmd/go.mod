@@ -34,6 +34,7 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
+	github.com/go-co-op/gocron/v2 v2.19.1 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
 	github.com/go-openapi/swag v0.27.1 // indirect
@@ -51,6 +52,7 @@ require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
@@ -60,6 +62,7 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
@@ -119,6 +122,7 @@ require (
 	github.com/fencing/fence/fenceazblob v0.0.0
 	github.com/fencing/fence/fenceaztable v0.0.0
 	github.com/fencing/fence/fenceetcd v0.0.0
+	github.com/fencing/fence/fencegocron v0.0.0
 	github.com/fencing/fence/fencek8s v0.0.0
 	github.com/fencing/fence/fencemysql v0.0.0
 	github.com/fencing/fence/fencenats v0.0.0
@@ -167,3 +171,5 @@ replace github.com/fencing/fence/fenceotel => ../fenceotel
 replace github.com/fencing/fence/fencek8s => ../fencek8s
 
 replace github.com/fencing/fence/fenceaztable => ../fenceaztable
+
+replace github.com/fencing/fence/fencegocron => ../fencegocron
