@@ -18,6 +18,10 @@ type Election struct {
 
 	mu    sync.Mutex
 	lease *Lease
+	// ended is when the term's lease stopped being valid, as first seen
+	// (its context ending, or Healthy finding its validity run out);
+	// zero while it is valid.
+	ended time.Time
 }
 
 // Election returns a candidate for leadership of key. The options apply to
@@ -41,8 +45,9 @@ func (e *Election) Campaign(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	e.mu.Lock()
-	e.lease = l
+	e.lease, e.ended = l, time.Time{}
 	e.mu.Unlock()
+	e.noteEnd(l)
 	return l, nil
 }
 

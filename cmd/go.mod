@@ -35,6 +35,7 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/fencing/fence/internal/azkit v0.0.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
+	github.com/go-co-op/gocron/v2 v2.19.1 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
 	github.com/go-openapi/swag v0.27.1 // indirect
@@ -52,6 +53,7 @@ require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
@@ -61,6 +63,7 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
@@ -78,7 +81,6 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/api v0.37.2 // indirect
-	k8s.io/apimachinery v0.37.2 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
@@ -95,6 +97,7 @@ require (
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/data/aztables v1.4.1
 	github.com/anishathalye/porcupine v1.3.1
+	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 )
 
@@ -120,6 +123,7 @@ require (
 	github.com/fencing/fence/fenceazblob v0.0.0
 	github.com/fencing/fence/fenceaztable v0.0.0
 	github.com/fencing/fence/fenceetcd v0.0.0
+	github.com/fencing/fence/fencegocron v0.0.0
 	github.com/fencing/fence/fencek8s v0.0.0
 	github.com/fencing/fence/fencemysql v0.0.0
 	github.com/fencing/fence/fencenats v0.0.0
@@ -170,3 +174,5 @@ replace github.com/fencing/fence/fencek8s => ../fencek8s
 replace github.com/fencing/fence/fenceaztable => ../fenceaztable
 
 replace github.com/fencing/fence/internal/azkit => ../internal/azkit
+
+replace github.com/fencing/fence/fencegocron => ../fencegocron

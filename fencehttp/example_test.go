@@ -51,3 +51,27 @@ func Example() {
 	// 204
 	// 409 stale fencing token: 1 for "/report" has been superseded (highest admitted: 2); the lease that issued it is no longer valid, acquire the lock again
 }
+
+// A liveness probe for a process that leads an election: a leader whose
+// work goes on for more than 10 s after its leadership was lost is
+// reported unhealthy (503), for the orchestrator to restart it.
+func ExampleElectionHealth() {
+	c := fence.New(fencemem.New(), fence.WithTTL(30*time.Second))
+	e := c.Election("scheduler")
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", fencehttp.ElectionHealth(e, 10*time.Second))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	ctx := context.Background()
+	l, _ := e.Campaign(ctx)
+	defer e.Resign(ctx)
+	resp, err := http.Get(srv.URL + "/healthz")
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Printf("leading (token %d): %d %s", l.Token(), resp.StatusCode, body)
+	// Output: leading (token 1): 200 ok
+}

@@ -24,6 +24,9 @@
 // server with a MemoryGuard. With several server processes, use a guard in
 // the store the handler writes to, inside the handler's transaction
 // (fencesql, fencepg), rather than this middleware. See docs/guards.md.
+//
+// ElectionHealth serves a fence.Election's health check (Healthy) to a
+// liveness probe.
 package fencehttp
 
 import (

@@ -21,5 +21,6 @@ package doccheck
 // The snippets are built in this package's module (cmd), which must
 // therefore require every module they import, even one no command uses.
 import (
+	_ "github.com/fencing/fence/fencegocron"
 	_ "github.com/fencing/fence/fencesql"
 )

@@ -18,6 +18,7 @@ import (
 var sdks = map[string][]string{
 	"fenceazblob": {"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"},
 	"fenceetcd":   {"go.etcd.io/etcd/client/v3"},
+	"fencegocron": {"github.com/go-co-op/gocron/v2"},
 	// client-go's root package is only its doc: the graph of the one
 	// fencek8s imports is what it brings.
 	"fencek8s":    {"k8s.io/client-go", "k8s.io/client-go/kubernetes"},
