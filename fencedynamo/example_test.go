@@ -6,22 +6,21 @@ import (
 	"log"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencedynamo"
 )
 
-// Leases in the DynamoDB table "locks", with credentials and region from
-// the default AWS chain (environment, shared config, instance role). This
-// example needs AWS or dynalite, so it only compiles.
+// Leases in the DynamoDB table "locks". This example needs AWS or
+// dynalite, so it only compiles.
 func Example() {
 	ctx := context.Background()
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRetryer(fencedynamo.Retryer))
-	if err != nil {
-		log.Fatal(err)
-	}
+	// Load cfg with the module github.com/aws/aws-sdk-go-v2/config:
+	// config.LoadDefaultConfig(ctx, config.WithRetryer(fencedynamo.Retryer))
+	// takes credentials and region from the default AWS chain.
+	var cfg aws.Config
 	store := fencedynamo.New(dynamodb.NewFromConfig(cfg), "locks")
 	if err := store.CreateTable(ctx); err != nil { // once, at setup
 		log.Fatal(err)

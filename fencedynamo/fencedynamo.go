@@ -137,6 +137,10 @@ const settleTimeout = 10 * time.Second
 // writes, to provoke the races the condition guards against.
 var testHookRead func(key string)
 
+// Test hook: judges expiry in place of watch, for the mutant tests that
+// show the expiry tests can fail.
+var testHookWatch func(b *sighting.Book, name string, it *item, ttl time.Duration, at time.Time) time.Duration
+
 // read returns key's item and the store's clock as the response tells it;
 // found false if there is no such item.
 func (s *Store) read(ctx context.Context, key string) (it item, now time.Time, found bool, err error) {
@@ -167,12 +171,15 @@ func (s *Store) read(ctx context.Context, key string) (it item, now time.Time, f
 	return it, now, true, nil
 }
 
-// watch records that a read that came back at at showed name's item held
-// at version rv for ttl, and returns what is left of the lease as this
+// watch records that a read that came back at at showed name's item it
+// held at its version for ttl, and returns what is left of the lease as this
 // Store can tell (sighting.Book.Left). A result <= 0 means the holder has
 // written nothing for its full TTL: the lease is over.
-func (s *Store) watch(name, rv string, ttl time.Duration, at time.Time) time.Duration {
-	return s.seen.Left(name, rv, ttl, at)
+func (s *Store) watch(name string, it *item, ttl time.Duration, at time.Time) time.Duration {
+	if testHookWatch != nil {
+		return testHookWatch(&s.seen, name, it, ttl, at)
+	}
+	return s.seen.Left(name, it.rv, ttl, at)
 }
 
 // TryAcquire makes one attempt to take req.Key's item for req.Owner and
@@ -190,7 +197,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			return nil, storageErr(op+": read", s.table, err)
 		}
 		if found && cur.held() {
-			left := s.watch(name, cur.rv, cur.holdFor(req.TTL), time.Now())
+			left := s.watch(name, &cur, cur.holdFor(req.TTL), time.Now())
 			if left > 0 {
 				h := cur.holder(req.Key, left)
 				return nil, &fence.HeldError{Key: req.Key, Holder: &h}

@@ -35,7 +35,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	case !cur.held():
 		return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 	}
-	left := s.watch(PartitionKey(key), cur.rv, cur.holdFor(fence.DefaultTTL), time.Now())
+	left := s.watch(PartitionKey(key), &cur, cur.holdFor(fence.DefaultTTL), time.Now())
 	if left <= 0 {
 		return fence.Holder{}, fmt.Errorf("%s: %w: its holder has not renewed for its TTL (%v)", op, fence.ErrNotHeld, cur.ttl)
 	}
@@ -74,7 +74,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 			}
 			left := it.holdFor(fence.DefaultTTL)
 			if it.rv != "" {
-				left = s.watch(PartitionKey(it.key), it.rv, left, now)
+				left = s.watch(PartitionKey(it.key), &it, left, now)
 			}
 			if left > 0 {
 				hs = append(hs, it.holder(it.key, left))

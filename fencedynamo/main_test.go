@@ -1,6 +1,7 @@
 package fencedynamo_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/fencing/fence/fencedynamo"
@@ -47,8 +47,10 @@ func newTableName() string {
 func dynamoClient(endpoint string) (*dynamodb.Client, func() error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	db := dynamodb.New(dynamodb.Options{
-		Region:       testserver.DynaliteRegion,
-		Credentials:  credentials.NewStaticCredentialsProvider(testserver.DynaliteAccessKey, testserver.DynaliteSecretKey, ""),
+		Region: testserver.DynaliteRegion,
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: testserver.DynaliteAccessKey, SecretAccessKey: testserver.DynaliteSecretKey}, nil
+		}),
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   &http.Client{Transport: tr},
 		Retryer:      fencedynamo.Retryer(),

@@ -16,6 +16,9 @@ const (
 	DynaliteSecretKey = "fence-dynalite"
 )
 
+// DynaliteVersion is the version of dynalite scripts/test installs.
+const DynaliteVersion = dynaliteVersion
+
 // DynaliteServer is a private dynalite (a DynamoDB implementation on
 // LevelDB) keeping its data in its own directory, so that it survives a
 // restart.
