@@ -1,6 +1,7 @@
 package fencedynamo
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -39,6 +40,8 @@ func (e *storageError) Error() string {
 		if st := statusOf(e.err); st != 0 {
 			detail = fmt.Sprintf("%d %s", st, detail)
 		}
+	case errors.Is(e.err, context.Canceled), errors.Is(e.err, context.DeadlineExceeded):
+		detail = e.err.Error()
 	default:
 		detail = "DynamoDB unreachable or no answer: " + e.err.Error()
 	}

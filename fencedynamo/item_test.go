@@ -1,6 +1,7 @@
 package fencedynamo
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -90,3 +91,32 @@ func TestServerDateRequired(t *testing.T) {
 		t.Error("serverDate without a Date header: no error")
 	}
 }
+
+// TestStorageErrors: each kind of failure says what it means.
+func TestStorageErrors(t *testing.T) {
+	op := "fencedynamo: acquire \"k\""
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&types.ResourceNotFoundException{Message: ptr("Requested resource not found")}, `table "locks" does not exist`},
+		{&types.ProvisionedThroughputExceededException{Message: ptr("slow down")}, "throttled by DynamoDB (ProvisionedThroughputExceededException)"},
+		{&types.RequestLimitExceeded{Message: ptr("slow down")}, "throttled by DynamoDB (RequestLimitExceeded)"},
+		{&types.ConditionalCheckFailedException{Message: ptr("The conditional request failed")}, "ConditionalCheckFailedException: The conditional request failed"},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), "DynamoDB unreachable or no answer: dial tcp"},
+		{context.Canceled, op + ": context canceled"},
+	} {
+		err := storageErr(op, "locks", c.err)
+		if !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), op+": ") || !errors.Is(err, c.err) {
+			t.Errorf("storageErr(%T) = %q; want it to say %q, and to wrap the error", c.err, err, c.want)
+		}
+	}
+	if !conflict(&types.ConditionalCheckFailedException{}) || conflict(&types.ResourceNotFoundException{}) {
+		t.Error("conflict() mistakes the errors")
+	}
+	if !throttled(&types.ProvisionedThroughputExceededException{}) || throttled(&types.ConditionalCheckFailedException{}) {
+		t.Error("throttled() mistakes the errors")
+	}
+}
+
+func ptr(s string) *string { return &s }
