@@ -120,3 +120,25 @@ func TestStorageErrors(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestRetryer: at most 3 attempts, and no client-side retry quota (the
+// SDK's default quota refuses retries after a burst of errors).
+func TestRetryer(t *testing.T) {
+	r := Retryer()
+	if r.MaxAttempts() != 3 {
+		t.Errorf("MaxAttempts() = %d, want 3", r.MaxAttempts())
+	}
+	if d := r.RetryDelay; d == nil {
+		t.Fatal("no RetryDelay")
+	}
+	for i := range 1000 {
+		if _, err := r.GetRetryToken(context.Background(), errors.New("connection reset")); err != nil {
+			t.Fatalf("retry token %d refused: %v; want no retry quota", i, err)
+		}
+	}
+	for attempt := 1; attempt < 10; attempt++ {
+		if d, err := r.RetryDelay(attempt, errors.New("x")); err != nil || d > time.Second {
+			t.Errorf("RetryDelay(%d) = %v, %v; want at most 1s", attempt, d, err)
+		}
+	}
+}
