@@ -39,7 +39,7 @@ func (r Role) String() string {
 
 // Contender is one lock implementation on one store.
 type Contender struct {
-	// Store is "redis", "postgres", "etcd", "sqlite" or "aztable".
+	// Store is "redis", "postgres", "etcd", "sqlite", "aztable" or "dynamodb".
 	Store string
 	// Name is short and unique within the store ("fence", "redsync").
 	Name string
@@ -90,6 +90,9 @@ func Contenders(srv *Servers) []Contender {
 	if srv.AztableConn != "" {
 		cs = append(cs, aztableContenders(srv.AztableConn)...)
 	}
+	if srv.DynamoURL != "" {
+		cs = append(cs, dynamoContenders(srv.DynamoURL)...)
+	}
 	return cs
 }
 
@@ -112,7 +115,7 @@ func Comparisons(store string) []Comparison {
 		}
 	case "etcd":
 		return []Comparison{{"fence", "etcd-mutex"}, {"fence", "raw"}}
-	case "sqlite", "aztable":
+	case "sqlite", "aztable", "dynamodb":
 		return []Comparison{{"fence", "raw"}}
 	}
 	return nil

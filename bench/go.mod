@@ -7,6 +7,8 @@ replace github.com/fencing/fence => ../
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.24.0
 	github.com/Azure/azure-sdk-for-go/sdk/data/aztables v1.4.1
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.1
 	github.com/bsm/redislock v0.9.4
 	github.com/fencing/fence v0.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
@@ -31,6 +33,11 @@ require (
 
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.25 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.12 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/fencing/fence/internal/azkit v0.0.0 // indirect
 )
 
@@ -39,6 +46,7 @@ require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/fencing/fence/fenceaztable v0.0.0
+	github.com/fencing/fence/fencedynamo v0.0.0
 	github.com/fencing/fence/fenceetcd v0.0.0
 	github.com/fencing/fence/fencepg v0.0.0
 	github.com/fencing/fence/fenceredis v0.0.0
@@ -72,3 +80,5 @@ replace github.com/fencing/fence/fencesqlite => ../fencesqlite
 replace github.com/fencing/fence/fenceaztable => ../fenceaztable
 
 replace github.com/fencing/fence/internal/azkit => ../internal/azkit
+
+replace github.com/fencing/fence/fencedynamo => ../fencedynamo

@@ -85,7 +85,7 @@ type Row struct {
 
 const serverTimeLabel = "server time per acquire + release (µs)"
 
-var storeTitles = map[string]string{"redis": "Redis", "postgres": "PostgreSQL", "etcd": "etcd", "sqlite": "SQLite", "aztable": "Azure Table storage (Azurite)"}
+var storeTitles = map[string]string{"redis": "Redis", "postgres": "PostgreSQL", "etcd": "etcd", "sqlite": "SQLite", "aztable": "Azure Table storage (Azurite)", "dynamodb": "DynamoDB (dynalite)"}
 
 // Rows returns the figures of one store's table.
 func (rep *Report) Rows(store string) []Row {

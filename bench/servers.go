@@ -19,7 +19,7 @@ import (
 )
 
 // Stores are the stores the benchmark knows, in report order.
-var Stores = []string{"redis", "postgres", "etcd", "sqlite", "aztable"}
+var Stores = []string{"redis", "postgres", "etcd", "sqlite", "aztable", "dynamodb"}
 
 // Servers are the private servers the contenders run against.
 type Servers struct {
@@ -29,6 +29,7 @@ type Servers struct {
 	// SQLiteDir is the directory of the SQLite contenders' database files.
 	SQLiteDir   string
 	AztableConn string // an Azure Storage connection string
+	DynamoURL   string // dynalite's endpoint
 	// Versions are the servers' own version strings, by store.
 	Versions map[string]string
 
@@ -75,6 +76,13 @@ func StartServers(tb testing.TB, stores []string) *Servers {
 			srv.Versions[s] = aztableVersion(ctx, az.TableURL())
 			if err := setupAztable(ctx, srv.AztableConn); err != nil {
 				tb.Fatalf("bench: aztable setup: %v", err)
+			}
+		case "dynamodb":
+			d := testserver.Dynalite(tb)
+			srv.DynamoURL = d.Endpoint()
+			srv.Versions[s] = "dynalite " + testserver.DynaliteVersion
+			if err := setupDynamo(ctx, srv.DynamoURL); err != nil {
+				tb.Fatalf("bench: dynamodb setup: %v", err)
 			}
 		default:
 			tb.Fatalf("bench: unknown store %q (known: %s)", s, strings.Join(Stores, ", "))

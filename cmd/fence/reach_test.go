@@ -23,6 +23,7 @@ func TestEveryStoreClosedPortAnswersPromptly(t *testing.T) {
 		"azblob+http":     "azblob+http://%[1]s/devstoreaccount1/locks",
 		"aztable":         "aztable://%[1]s/devstoreaccount1/locks?sv=2024-08-04&sig=c2ln",
 		"aztable+http":    "aztable+http://%[1]s/devstoreaccount1/locks",
+		"dynamodb":        "dynamodb://id:secret@locks?region=us-east-1&endpoint=http://%[1]s",
 		"etcd":            "etcd://%[1]s/locks",
 		"mysql":           "mysql://app:pw@%[1]s/db",
 		"nats":            "nats://%[1]s/locks",

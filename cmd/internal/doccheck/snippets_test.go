@@ -97,6 +97,11 @@ var knownImports = map[string]string{
 	// docs/aztable.md
 	"fenceaztable": "github.com/fencing/fence/fenceaztable",
 	"aztables":     "github.com/Azure/azure-sdk-for-go/sdk/data/aztables",
+
+	// docs/dynamodb.md
+	"fencedynamo": "github.com/fencing/fence/fencedynamo",
+	"dynamodb":    "github.com/aws/aws-sdk-go-v2/service/dynamodb",
+	"config":      "github.com/aws/aws-sdk-go-v2/config",
 }
 
 // prelude declares, once for every snippet, the names fragments use

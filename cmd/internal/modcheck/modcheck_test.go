@@ -34,6 +34,10 @@ var sdks = map[string][]string{
 	// fenceaztable uses azcore itself (ETags, pipeline options) beside
 	// the table SDK, at the version fenceazblob's SDK needs.
 	"fenceaztable": {"github.com/Azure/azure-sdk-for-go/sdk/data/aztables", "github.com/Azure/azure-sdk-for-go/sdk/azcore"},
+
+	// fencedynamo uses the SDK's core (retries, raw responses) and
+	// smithy-go (errors) beside the DynamoDB client, which requires both.
+	"fencedynamo": {"github.com/aws/aws-sdk-go-v2/service/dynamodb"},
 }
 
 // limits bounds the graph of fence + one store where the issue that split

@@ -166,6 +166,24 @@ func init() {
 			hold: func(ttl time.Duration) time.Duration { return 2*ttl + time.Second },
 		}, nil
 	})
+	server("dynamodb", "dynamodb", "a private dynalite (record-version compare-and-swap lease items)", func(env *testserver.Env) (*Store, error) {
+		var srv *testserver.DynaliteServer
+		if err := env.Do(func(tb testing.TB) { srv = testserver.Dynalite(tb) }); err != nil {
+			return nil, err
+		}
+		return &Store{
+			addrs: []string{srv.Addr()},
+			url: func(a []string, _ time.Duration) string {
+				return "dynamodb://" + testserver.DynaliteAccessKey + ":" + testserver.DynaliteSecretKey +
+					"@torture?create=1&region=" + testserver.DynaliteRegion + "&endpoint=http://" + a[0]
+			},
+			restart: restartProcess(env, "dynalite", srv.Process),
+			// A contender takes a silent holder's key once it has seen
+			// the item unchanged for a TTL, from its first look after
+			// the holder's last write: a polling step (up to 1 s) later.
+			hold: func(ttl time.Duration) time.Duration { return 2*ttl + time.Second },
+		}, nil
+	})
 	server("nats", "nats", "a private nats-server with JetStream", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.NATSServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.NATS(tb) }); err != nil {

@@ -2,8 +2,8 @@
 // must: a lease record is over only once this process has seen it
 // unchanged (the same version: an ETag, a resourceVersion) for a full
 // lease duration on its own monotonic clock, never by comparing another
-// machine's timestamps with its own. The Azure Table and Kubernetes stores
-// share it.
+// machine's timestamps with its own. The Azure Table, DynamoDB and
+// Kubernetes stores share it.
 package sighting
 
 import (

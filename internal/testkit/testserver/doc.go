@@ -1,6 +1,6 @@
 // Package testserver starts private server processes for fence's tests:
-// redis-server, PostgreSQL, MariaDB, etcd, ZooKeeper, nats-server, Azurite
-// and kube-apiserver, each on free loopback ports with its own data
+// redis-server, PostgreSQL, MariaDB, etcd, ZooKeeper, nats-server, Azurite,
+// dynalite and kube-apiserver, each on free loopback ports with its own data
 // directory, so that driver tests, the conformance suite and fault tests
 // run against real servers they own and can kill, pause and restart. It
 // never uses the servers a machine may already run on their standard ports.
@@ -22,6 +22,7 @@
 //	zk := testserver.ZooKeeper(t)              // zk.Addr(); tickTime 200ms
 //	n := testserver.NATS(t)                    // n.URL(), n.Version(), n.AtLeast("2.11")
 //	az := testserver.Azurite(t)                // az.BlobURL(), az.ConnectionString()
+//	d := testserver.Dynalite(t)                // d.Endpoint(); DynaliteRegion, DynaliteAccessKey, ...
 //	k := testserver.Kube(t)                    // k.Host(), k.Token(), k.CAFile(), k.Kubeconfig(); k.Etcd
 //
 // A server that does not come up fails the test with the program, its
@@ -85,15 +86,15 @@
 // # Missing programs: skip, or fail under FENCE_TEST_STRICT=1
 //
 // The servers' programs are found on PATH and where their packages put them
-// (/usr/lib/postgresql/*/bin, /usr/sbin), and nats-server and azurite-blob
-// first in RepoRoot()/.tools, where scripts/test installs current versions.
+// (/usr/lib/postgresql/*/bin, /usr/sbin), and nats-server, azurite-blob and
+// dynalite first in RepoRoot()/.tools, where scripts/test installs current versions.
 // When a program is missing, the test is skipped with a message saying what
 // to install (see Require and Unavailable); with FENCE_TEST_STRICT=1, as in
 // CI, it fails instead, so an untested backend cannot pass unseen. Only
 // absence skips: a program that exists but fails to start is always a test
 // failure. scripts/test installs everything these servers need. To use
-// other builds, set FENCE_NATS_SERVER, FENCE_AZURITE (an azurite-blob) or
-// FENCE_ZOOKEEPER_JAR.
+// other builds, set FENCE_NATS_SERVER, FENCE_AZURITE (an azurite-blob),
+// FENCE_DYNALITE or FENCE_ZOOKEEPER_JAR.
 //
 // # Ports and users
 //

@@ -44,7 +44,7 @@ func Unavailable(t testing.TB, format string, args ...any) {
 // to look for beyond PATH: "redis-server", "redis-cli", "postgres", "initdb",
 // "psql", "mariadbd", "mariadb-install-db", "mariadb", "etcd", "java",
 // "zookeeper" (the ZooKeeper jar; the result is its path), "nats-server",
-// "azurite-blob".
+// "azurite-blob", "dynalite".
 func Require(t testing.TB, name string) string {
 	t.Helper()
 	path, err := lookup(name)
@@ -69,14 +69,16 @@ var installHint = map[string]string{
 	"zookeeper":          "Debian package zookeeper",
 	"nats-server":        "GOBIN=$PWD/.tools/bin go install github.com/nats-io/nats-server/v2@" + natsVersion,
 	"azurite-blob":       "npm install --prefix .tools azurite@" + azuriteVersion + " (needs Node.js)",
+	"dynalite":           "npm install --prefix .tools dynalite@" + dynaliteVersion + " (needs Node.js)",
 	"node":               "Debian package nodejs",
 	"kube-apiserver":     "it with scripts/kube-apiserver (builds " + KubeVersion + " from source into .tools/kube: minutes)",
 }
 
 // Versions scripts/test installs into .tools; keep the two in step.
 const (
-	natsVersion    = "v2.15.2"
-	azuriteVersion = "3.35.0"
+	natsVersion     = "v2.15.2"
+	azuriteVersion  = "3.35.0"
+	dynaliteVersion = "4.0.0"
 )
 
 type notFoundError struct {
@@ -141,6 +143,14 @@ func lookupUncached(name string) (string, error) {
 			candidates = append(candidates, filepath.Join(root, ".tools", "node_modules", ".bin", "azurite-blob"))
 		}
 		if p := os.Getenv("FENCE_AZURITE"); p != "" {
+			candidates = append(candidates, p)
+		}
+		candidates = append(candidates, "PATH")
+	case "dynalite":
+		if root := RepoRoot(); root != "" {
+			candidates = append(candidates, filepath.Join(root, ".tools", "node_modules", ".bin", "dynalite"))
+		}
+		if p := os.Getenv("FENCE_DYNALITE"); p != "" {
 			candidates = append(candidates, p)
 		}
 		candidates = append(candidates, "PATH")

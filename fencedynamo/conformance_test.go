@@ -1,0 +1,64 @@
+package fencedynamo_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencedynamo"
+	"github.com/fencing/fence/fencetest"
+)
+
+// TestConformance runs fence's conformance suite against dynalite.
+// Store.Delete frees the key behind its holder's back (Break), as an
+// operator would; Wipe deletes the item, counter and all. The lease is
+// bound to no session: no KillSession.
+func TestConformance(t *testing.T) {
+	fencetest.Run(t, fencetest.Config{
+		TTL: 2 * time.Second,
+		Setup: func(t *testing.T) fencetest.Store {
+			connect := server(t)
+			s := mustOpen(t, connect)
+			return fencetest.Store{
+				Connect: connect,
+				Delete:  s.Break,
+				// The item goes, and its counter with it. The seed has a
+				// resolution of a second, and assumes (docs/dynamodb.md)
+				// that a counter is not lost within the second it was
+				// last written: wait that out first.
+				Wipe: func(ctx context.Context, key string) error {
+					time.Sleep(1100 * time.Millisecond)
+					return deleteItem(ctx, s, key)
+				},
+				// Items stay (they are the counters); what must not stay
+				// is a holder.
+				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
+					hs, err := s.List(ctx, prefix)
+					var left []string
+					for _, h := range hs {
+						left = append(left, "held: "+h.Key)
+					}
+					return left, err
+				},
+			}
+		},
+		Open: func(connect string) (fence.Driver, func() error, error) {
+			return open(connect)
+		},
+	})
+}
+
+// deleteItem deletes key's item behind fence's back.
+func deleteItem(ctx context.Context, s *fencedynamo.Store, key string) error {
+	_, err := s.Client().DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: ptr(s.Table()),
+		Key:       map[string]types.AttributeValue{"k": &types.AttributeValueMemberS{Value: fencedynamo.PartitionKey(key)}},
+	})
+	return err
+}
+
+func ptr(s string) *string { return &s }

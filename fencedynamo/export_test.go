@@ -1,0 +1,39 @@
+package fencedynamo
+
+import (
+	"time"
+
+	"github.com/fencing/fence/internal/kit/sighting"
+)
+
+// SetTestHook sets the function called after an acquisition reads the
+// item, before it writes, until restore is called. Tests that set it must
+// not run in parallel.
+func SetTestHook(afterRead func(key string)) (restore func()) {
+	testHookRead = afterRead
+	return func() { testHookRead = nil }
+}
+
+// SetWatchMutant makes every Store judge expiry the broken way mutant
+// names, until restore is called:
+//
+//   - "expired-at-first-look": a held item is over when first seen, as
+//     for a driver that trusts a record's write time against its own
+//     clock and finds the write a TTL old;
+//   - "version-blind": the watch follows the holder's owner id, not the
+//     record version, so a renewal does not restart it.
+//
+// Tests that set it must not run in parallel.
+func SetWatchMutant(mutant string) (restore func()) {
+	switch mutant {
+	case "expired-at-first-look":
+		testHookWatch = func(*sighting.Book, string, *item, time.Duration, time.Time) time.Duration { return 0 }
+	case "version-blind":
+		testHookWatch = func(b *sighting.Book, name string, it *item, ttl time.Duration, at time.Time) time.Duration {
+			return b.Left(name, it.owner, ttl, at)
+		}
+	default:
+		panic("no mutant " + mutant)
+	}
+	return func() { testHookWatch = nil }
+}
