@@ -215,8 +215,7 @@ type Holder struct {
 // MultiAcquirer is implemented by drivers whose store can take several
 // keys in one atomic step (one script, one statement, one transaction).
 // Client.AcquireAll then makes each attempt with it; without it, the
-// Client takes the keys one by one in order, releasing what it took when
-// one is held.
+// Client takes the keys one by one in sorted order.
 type MultiAcquirer interface {
 	// TryAcquireAll makes exactly one attempt to take every reqs[i].Key,
 	// all of one kind (KindLock), in one atomic step: it returns one claim

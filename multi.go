@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -15,13 +16,14 @@ import (
 // done, or the wait timeout (WithWait, one budget for the whole call)
 // passes, in which case it returns the *HeldError of a key it found held.
 //
-// Two callers taking overlapping sets never deadlock, in whatever order
-// they list the keys: AcquireAll holds nothing while it waits. Each
-// attempt takes the keys in one atomic step where the driver offers one
-// (MultiAcquirer); otherwise it takes them one by one in sorted order
-// and, at the first key held, releases those it took. It then waits for
-// that key the way Acquire waits (notifications, the store's queue or
-// backoff), lets it go at once and attempts the whole set again.
+// Each attempt takes the keys it still lacks in one atomic step where the
+// driver offers one (MultiAcquirer), and otherwise one by one in sorted
+// order, up to the first key held. It then waits for that key the way
+// Acquire waits (notifications, the store's queue or backoff), keeps it,
+// and attempts the rest again. While it waits for a key it holds only
+// keys sorted before it, releasing the others first; so two callers
+// taking overlapping sets, in whatever order they list them, never
+// deadlock: a cycle of waits would need a key sorted before itself.
 //
 // keys must be distinct valid keys, at least one (ErrInvalidKey
 // otherwise). The options are those of Acquire and apply to every lease.
@@ -59,69 +61,99 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, cfg *config, wai
 		deadline = time.Now().Add(cfg.wait)
 	}
 	multi, _ := c.drv.(MultiAcquirer)
+	held := make(map[string]*Lease, len(sorted)) // the keys taken so far
+	fail := func(err error) (*LeaseSet, error) {
+		if rerr := releaseAll(ctx, slices.Collect(maps.Values(held)), cfg); rerr != nil {
+			err = fmt.Errorf("%w; releasing the keys taken: %w", err, rerr)
+		}
+		return nil, err
+	}
 	for {
-		var leases []*Lease
+		rest := slices.DeleteFunc(slices.Clone(sorted), func(k string) bool { return held[k] != nil })
+		var taken []*Lease
 		if multi != nil {
-			leases, err = c.tryAllAtomic(ctx, multi, sorted, cfg)
+			taken, err = c.tryAllAtomic(ctx, multi, rest, cfg)
 			if errors.Is(err, ErrUnsupported) {
 				multi = nil // not these keys in one step: one by one
 				continue
 			}
 		} else {
-			leases, err = c.tryAllInOrder(ctx, sorted, cfg)
+			taken, err = c.tryAllInOrder(ctx, rest, cfg)
+		}
+		for _, l := range taken {
+			held[l.key] = l
 		}
 		if err == nil {
+			if lost := lostLeases(held); len(lost) > 0 {
+				// Lost while waiting for another key: take it again.
+				_ = releaseAll(ctx, lost, cfg)
+				continue
+			}
+			leases := make([]*Lease, len(sorted))
+			for i, k := range sorted {
+				leases[i] = held[k]
+			}
 			return newLeaseSet(ctx, sorted, leases), nil
 		}
 		if wait && errors.Is(err, errLateReply) {
 			continue
 		}
-		var held *HeldError
-		if !wait || !errors.As(err, &held) {
-			return nil, err
+		var he *HeldError
+		if !wait || !errors.As(err, &he) {
+			return fail(err)
 		}
-		if err := c.waitFor(ctx, held, cfg, deadline); err != nil {
-			return nil, err
+		var after []*Lease
+		for k, l := range held {
+			if k > he.Key {
+				after = append(after, l)
+				delete(held, k)
+			}
 		}
+		if err := releaseAll(ctx, after, cfg); err != nil {
+			return fail(err)
+		}
+		l, err := c.waitFor(ctx, he, cfg, deadline)
+		if err != nil {
+			return fail(err)
+		}
+		held[l.key] = l
 	}
 }
 
-// waitFor waits until the key held reports is free, by the one waiting
-// mechanism Acquire has: it acquires the key and releases it at once. The
-// lease taken so carries no lock-delay, so that it frees the key even if
-// its release fails. The wait ends at deadline, unless that is zero.
-func (c *Client) waitFor(ctx context.Context, held *HeldError, cfg *config, deadline time.Time) error {
-	w := *cfg
-	w.lockDelay = 0
+// lostLeases removes from held the leases that ended, and returns them.
+func lostLeases(held map[string]*Lease) []*Lease {
+	var lost []*Lease
+	for k, l := range held {
+		if l.Err() != nil {
+			lost = append(lost, l)
+			delete(held, k)
+		}
+	}
+	return lost
+}
+
+// waitFor takes the key held reports, waiting for it with the one waiting
+// mechanism Acquire has. The wait ends at deadline, unless that is zero.
+func (c *Client) waitFor(ctx context.Context, held *HeldError, cfg *config, deadline time.Time) (*Lease, error) {
 	if !deadline.IsZero() {
+		w := *cfg
 		w.wait = time.Until(deadline)
 		if w.wait <= 0 {
-			return held
+			return nil, held
 		}
+		cfg = &w
 	}
-	l, err := c.acquire(ctx, target{key: held.Key}, &w, true)
-	if err != nil {
-		return err
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ttl)
-	defer cancel()
-	if err := l.Release(rctx); err != nil && !errors.Is(err, ErrLost) {
-		return fmt.Errorf("fence: acquire all: releasing %q after waiting for it: %w", held.Key, err)
-	}
-	return nil
+	return c.acquire(ctx, target{key: held.Key}, cfg, true)
 }
 
-// tryAllInOrder makes one attempt to take keys, sorted, one by one; at
-// the first that fails it releases those it took.
+// tryAllInOrder makes one attempt to take keys, sorted, one by one, up to
+// the first that fails. It returns the leases it took, and that failure.
 func (c *Client) tryAllInOrder(ctx context.Context, keys []string, cfg *config) ([]*Lease, error) {
 	leases := make([]*Lease, 0, len(keys))
 	for _, key := range keys {
 		l, err := c.acquire(ctx, target{key: key}, cfg, false)
 		if err != nil {
-			if rerr := releaseAll(ctx, leases, cfg); rerr != nil {
-				return nil, fmt.Errorf("fence: acquire all %q: %v; releasing the keys taken: %w", keys, err, rerr)
-			}
-			return nil, err
+			return leases, err
 		}
 		leases = append(leases, l)
 	}
@@ -169,8 +201,9 @@ func (c *Client) tryAllAtomic(ctx context.Context, m MultiAcquirer, keys []strin
 	return leases, nil
 }
 
-// releaseAll releases the leases of an attempt that did not get every
-// key. A lease found lost is no error: the store holds nothing of it.
+// releaseAll releases leases taken for a set that AcquireAll does not
+// return whole. A lease found lost is no error: the store holds nothing
+// of it.
 func releaseAll(ctx context.Context, leases []*Lease, cfg *config) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ttl)
 	defer cancel()

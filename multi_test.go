@@ -128,8 +128,13 @@ func TestAcquireAllAllOrNone(t *testing.T) {
 			}
 
 			// Released, b goes to the waiting AcquireAll with every other key.
+			// While it waits for b, it holds no key sorted after b.
 			go func() {
-				time.Sleep(2 * time.Second)
+				time.Sleep(time.Second)
+				if h, err := s.Inspect(ctx, "c"); !errors.Is(err, fence.ErrNotHeld) {
+					t.Errorf("c held (%+v, %v) while AcquireAll waits for b", h, err)
+				}
+				time.Sleep(time.Second)
 				held.Release(ctx)
 			}()
 			start = time.Now()
@@ -254,4 +259,42 @@ func TestAcquireAllFallsBackOneByOne(t *testing.T) {
 	if err := set.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// While AcquireAll waits for a key, it holds no key sorted after it: one
+// it kept from an earlier wait goes back first.
+func TestAcquireAllWaitsHoldingOnlyEarlierKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := fencemem.New()
+		others := fence.New(s, fence.WithTTL(time.Minute))
+		b, err := others.TryAcquire(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := fence.New(s, fence.WithTTL(time.Minute))
+		done := make(chan *fence.LeaseSet)
+		go func() {
+			set, err := c.AcquireAll(ctx, []string{"a", "b"})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- set
+		}()
+		synctest.Wait() // waiting for b
+		a, err := others.TryAcquire(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(ctx) // the waiter takes b, then finds a held
+		synctest.Wait()
+		if h, err := s.Inspect(ctx, "b"); !errors.Is(err, fence.ErrNotHeld) {
+			t.Fatalf("b held (%+v, %v) while AcquireAll waits for a", h, err)
+		}
+		a.Release(ctx)
+		set := <-done
+		if err := set.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
