@@ -11,6 +11,11 @@
 // loss. For fully virtual time, run the test in a testing/synctest bubble:
 // then the Client's renewal and validity timers are virtual too.
 //
+// It takes several locks at once under its mutex (fence.MultiAcquirer)
+// and keeps lock-delays (fence.LockDelayer): an expired lock with a delay
+// blocks its key until its expiry plus the delay (see lockdelay.go);
+// Delete removes a lock, delay and all.
+//
 // A Store lives in one process: it offers no protection across processes.
 // Its tokens start at 1 for each key, so that tests can expect them; a new
 // Store (a restarted process) starts again at 1, unlike every other store,
