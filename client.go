@@ -156,11 +156,14 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg *config, wait bool
 	if err := c.supports(tgt); err != nil {
 		return nil, err
 	}
+	if err := c.supportsLockDelay(tgt, cfg); err != nil {
+		return nil, err
+	}
 	if err := c.checkOpen(key); err != nil {
 		return nil, err
 	}
 	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta, start),
-		Kind: tgt.kind, Limit: tgt.limit}
+		Kind: tgt.kind, Limit: tgt.limit, LockDelay: cfg.lockDelay}
 	blocking, _ := c.drv.(BlockingAcquirer)
 	// A lock's waiter that will wait in the driver needs no holder from
 	// its try (waitEnded reads it by Inspect if the wait times out). Other

@@ -64,6 +64,15 @@ type Request struct {
 	// or traced. A driver that learns the holder only by a read of its
 	// own may then leave Holder nil; it still returns a *HeldError.
 	SkipHolder bool
+	// LockDelay, if positive, is how long the key stays blocked after
+	// this lease ends without a release (its TTL ran out, its session
+	// dropped): until LockDelay after the store noticed, TryAcquire by
+	// anyone returns a *HeldError, and Extend and Release of this claim
+	// return ErrNotHeld. A Release while the lease is live frees the key
+	// at once. The driver sees it only if it implements LockDelayer and
+	// reports support for req.Kind; it keeps it with the lease in the
+	// store, so that it binds every later contender.
+	LockDelay time.Duration
 }
 
 // Kind is what an acquisition takes.
@@ -201,4 +210,32 @@ type Holder struct {
 	// Meta is the holder's metadata (for example "host" and "pid"), where
 	// the store keeps it.
 	Meta map[string]string
+}
+
+// MultiAcquirer is implemented by drivers whose store can take several
+// keys in one atomic step (one script, one statement, one transaction).
+// Client.AcquireAll then makes each attempt with it; without it, the
+// Client takes the keys one by one in sorted order.
+type MultiAcquirer interface {
+	// TryAcquireAll makes exactly one attempt to take every reqs[i].Key,
+	// all of one kind (KindLock), in one atomic step: it returns one claim
+	// per request, in order, each with its own token as TryAcquire would
+	// issue it, or no claim at all and nothing changed in the store. If a
+	// key is held, the error is a *HeldError for that key. The keys are
+	// distinct and sorted.
+	//
+	// If the store cannot take these keys in one step (say, Redis Cluster
+	// keys in different slots), it returns an error matching
+	// ErrUnsupported without changing anything, and the Client takes them
+	// one by one instead.
+	TryAcquireAll(ctx context.Context, reqs []Request) ([]Claim, error)
+}
+
+// LockDelayer is implemented by drivers that keep a lock-delay
+// (Request.LockDelay) with a lease. The Client refuses WithLockDelay
+// with ErrUnsupported on other drivers.
+type LockDelayer interface {
+	// SupportsLockDelay reports whether the driver keeps Request.LockDelay
+	// for requests of kind k.
+	SupportsLockDelay(k Kind) bool
 }

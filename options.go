@@ -130,7 +130,8 @@ type config struct {
 	logger      *slog.Logger
 	skipIfHeld  bool
 	holdAtLeast time.Duration
-	err         error // first invalid option
+	lockDelay   time.Duration // 0: none; see lockdelay.go
+	err         error         // first invalid option
 
 	// Read by New only.
 	storeName string

@@ -11,6 +11,11 @@
 // loss. For fully virtual time, run the test in a testing/synctest bubble:
 // then the Client's renewal and validity timers are virtual too.
 //
+// It takes several locks at once under its mutex (fence.MultiAcquirer)
+// and keeps lock-delays (fence.LockDelayer): an expired lock with a delay
+// blocks its key until its expiry plus the delay (see lockdelay.go);
+// Delete removes a lock, delay and all.
+//
 // A Store lives in one process: it offers no protection across processes.
 // Its tokens start at 1 for each key, so that tests can expect them; a new
 // Store (a restarted process) starts again at 1, unlike every other store,
@@ -71,6 +76,7 @@ type entry struct {
 	token   int64
 	expires time.Time
 	meta    map[string]string
+	delay   time.Duration // the lock's Request.LockDelay; see lockdelay.go
 }
 
 // Option configures a Store.
@@ -104,6 +110,8 @@ var (
 	_ fence.Lister        = (*Store)(nil)
 	_ fence.KindSupporter = (*Store)(nil)
 	_ fence.WaiterCounter = (*Store)(nil)
+	_ fence.MultiAcquirer = (*Store)(nil)
+	_ fence.LockDelayer   = (*Store)(nil)
 )
 
 // Supports implements fence.KindSupporter: the Store does locks,
@@ -132,10 +140,10 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	e := &entry{owner: req.Owner, expires: now.Add(req.TTL), meta: maps.Clone(req.Meta)}
 	switch req.Kind {
 	case fence.KindLock:
-		if held := s.live(req.Key, now); held != nil {
-			h := held.holder(req.Key, now)
-			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+		if err := s.free(req, now); err != nil {
+			return nil, err
 		}
+		e.delay = req.LockDelay
 		s.locks[req.Key] = e
 	case fence.KindSemaphore:
 		sem := s.semaphore(req.Key, now)
@@ -171,10 +179,16 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	default:
 		return nil, fmt.Errorf("%w: %s", fence.ErrUnsupported, req.Kind)
 	}
+	return s.issue(req, e), nil
+}
+
+// issue gives e, just granted for req, the key's next token. Callers hold
+// s.mu.
+func (s *Store) issue(req fence.Request, e *entry) *claim {
 	sp := spaceOf(req.Kind, req.Key)
 	s.tokens[sp]++
 	e.token = s.tokens[sp]
-	return &claim{s: s, key: req.Key, kind: req.Kind, owner: req.Owner, token: e.token}, nil
+	return &claim{s: s, key: req.Key, kind: req.Kind, owner: req.Owner, token: e.token}
 }
 
 func spaceOf(k fence.Kind, key string) space {
@@ -278,7 +292,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock()
-	e := s.live(key, now)
+	e := s.blocking(key, now)
 	if e == nil {
 		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 	}
@@ -295,7 +309,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 	now := s.clock()
 	var hs []fence.Holder
 	for key := range s.locks {
-		if e := s.live(key, now); e != nil && strings.HasPrefix(key, prefix) {
+		if e := s.blocking(key, now); e != nil && strings.HasPrefix(key, prefix) {
 			hs = append(hs, e.holder(key, now))
 		}
 	}
@@ -352,7 +366,7 @@ func (s *Store) Advance(d time.Duration) {
 	s.offset += d
 	now := s.clock()
 	for key, e := range s.locks {
-		if !now.Before(e.expires) {
+		if !now.Before(e.blockedUntil()) {
 			delete(s.locks, key)
 			s.notify(key)
 		}
@@ -398,7 +412,7 @@ func (s *Store) Expire(key string) bool {
 }
 
 func (e *entry) holder(key string, now time.Time) fence.Holder {
-	return fence.Holder{Key: key, Owner: e.owner, Token: e.token, ExpiresIn: e.expires.Sub(now), Meta: maps.Clone(e.meta)}
+	return fence.Holder{Key: key, Owner: e.owner, Token: e.token, ExpiresIn: e.blockedUntil().Sub(now), Meta: maps.Clone(e.meta)}
 }
 
 type claim struct {
@@ -433,6 +447,9 @@ func (c *claim) Release(ctx context.Context) error {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	live := c.s.held(c, c.s.clock()) != nil
+	if !live && c.s.delayed(c) {
+		return fmt.Errorf("%w: %s %q had expired; its lock-delay runs", fence.ErrNotHeld, c.kind, c.key)
+	}
 	if !c.s.drop(c) {
 		return fmt.Errorf("%w: %s %q no longer held by %s", fence.ErrNotHeld, c.kind, c.key, c.owner)
 	}

@@ -26,6 +26,11 @@
 // fence:{K'}:token (the counter, which holds the last token issued: the
 // holder's while the lock exists) and fence:{K'}:released (the channel).
 //
+// Store also takes several locks in one script, all or none
+// (fence.MultiAcquirer), and keeps a lock-delay (fence.LockDelayer) by
+// writing the lock with PX TTL + delay and the lease's own end beside it;
+// see multi.go and lockdelay.go.
+//
 // Store also does semaphores (a sorted set of holders scored by expiry)
 // and reader-writer locks (a readers' set, a writer key and a waiting-
 // writer mark), each operation one script; see kinds.go. Redlock does

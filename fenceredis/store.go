@@ -35,6 +35,9 @@ var (
 	_ fence.Watcher   = (*Store)(nil)
 	_ fence.Inspector = (*Store)(nil)
 	_ fence.Lister    = (*Store)(nil)
+
+	_ fence.MultiAcquirer = (*Store)(nil)
+	_ fence.LockDelayer   = (*Store)(nil)
 )
 
 // Option configures a Store or a Redlock.
@@ -113,6 +116,9 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	if req.Kind != fence.KindLock {
 		return s.acquireKind(ctx, req)
 	}
+	if req.LockDelay > 0 {
+		return s.acquireDelayed(ctx, req)
+	}
 	// The claim's names and keys are made once, for this attempt and for
 	// every later extend and the release.
 	c := &claim{s: s, n: s.names(req.Key), key: req.Key, value: lockValue(req.Owner, req.Meta)}
@@ -142,17 +148,25 @@ type claim struct {
 	key    string
 	value  string // the lock's value: lockValue(owner, meta)
 	token  int64
+	delay  time.Duration // the lease's lock-delay; 0: none
+	until  string        // with a delay, the name of the lease's end
 }
 
 func (c *claim) Token() int64 { return c.token }
 
 // Extend is compare-and-PEXPIRE.
 func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
+	if c.delay > 0 {
+		return c.extendDelayed(ctx, ttl)
+	}
 	return c.s.extendKeys(ctx, c.key, c.keys, c.value, ttl)
 }
 
 // Release is compare-and-DEL, announced on the key's release channel.
 func (c *claim) Release(ctx context.Context) error {
+	if c.delay > 0 {
+		return c.releaseDelayed(ctx)
+	}
 	return c.s.releaseKeys(ctx, c.key, c.keys, c.n.channel, c.value)
 }
 

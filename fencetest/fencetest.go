@@ -115,6 +115,17 @@
 //     named partitions balance them within one of P/W as workers join,
 //     leave and are killed with SIGKILL; a guarded resource never sees two
 //     owners of a partition at once; nothing stays held once they are gone.
+//   - Multi (AcquireAll, MultiAcquirer): a set of keys is taken all or
+//     none, each key with its own token, by the Client on every driver
+//     and by the driver's own TryAcquireAll where it has one (or refuses
+//     with ErrUnsupported); a key held by another owner leaves every
+//     other key free; clients taking overlapping sets in opposite orders
+//     never deadlock nor share a key.
+//   - LockDelay (LockDelayer, Request.LockDelay), where the driver keeps
+//     it: a lease ended without a release (its TTL run out, or its
+//     session killed) keeps the key from everyone for the delay after,
+//     no less (allowing for drift) and not much more; a released key is
+//     free at once. Other drivers must be refused WithLockDelay.
 //   - Leftovers (rules 6 and 7): once every lease is released nothing is
 //     left behind, when Store.Leftovers is given.
 //
@@ -266,6 +277,8 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("RWMutex", s.rwmutex)
 	t.Run("RWWriterPreference", s.rwWriterPreference)
 	t.Run("Partitions", s.partitions)
+	t.Run("Multi", s.multi)
+	t.Run("LockDelay", s.lockDelay)
 	t.Run("Leftovers", s.leftovers)
 }
 

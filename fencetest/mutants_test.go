@@ -137,6 +137,12 @@ var broken = map[string]brokenDriver{
 	// ...and once its mark lapses where the store keeps one (KindRead).
 	"writer-mark-never-lapses": {build: writerMarkStays, catch: []string{"CancelledWait"},
 		why: "after a writer gave up its wait"},
+	// MultiAcquirer: every key or none.
+	"multi-grants-some": {build: multiGrantsSome, catch: []string{"Multi"},
+		why: "driver TryAcquireAll refused, yet took a key"},
+	// LockDelayer: an unclean loss blocks the key for the delay.
+	"lock-delay-ignored": {build: lockDelayIgnored, catch: []string{"LockDelay"},
+		why: "free within its lock-delay"},
 }
 
 // Rules no broken driver here breaks:

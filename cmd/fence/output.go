@@ -104,6 +104,7 @@ type event struct {
 	Key      string            `json:"key"`
 	Store    string            `json:"store,omitempty"`
 	Token    int64             `json:"token,omitempty"`
+	Tokens   map[string]int64  `json:"tokens,omitempty"` // fence run --keys
 	Owner    string            `json:"owner,omitempty"`
 	Holder   *holderJSON       `json:"holder,omitempty"`
 	PID      int               `json:"pid,omitempty"`

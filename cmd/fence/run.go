@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -47,6 +46,8 @@ func sigExit(s os.Signal) int {
 
 type runFlags struct {
 	store, key      string
+	keys            []string      // --keys, sorted; see runkeys.go
+	lockDelay       time.Duration // --lock-delay
 	ttl, wait, hold time.Duration
 	grace           time.Duration
 	noWait, json    bool
@@ -55,7 +56,7 @@ type runFlags struct {
 	argv            []string
 }
 
-const runSynopsis = "fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait] [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT] [--json] -- CMD ARGS..."
+const runSynopsis = "fence run [--store URL] (--key K | --keys K1,K2,...) [--ttl 60s] [--lock-delay D] [--wait D | --no-wait] [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT] [--json] -- CMD ARGS..."
 
 // parseRun parses the command line of "fence run". After -h it returns
 // flag.ErrHelp, the usage printed on stdout; after a mistake, the error
@@ -63,7 +64,9 @@ const runSynopsis = "fence run [--store URL] --key K [--ttl 60s] [--wait D | --n
 // when it has a mistake.
 func parseRun(args []string, stdout io.Writer) (f runFlags, jsonOut bool, err error) {
 	fs, store, jsonFlag := newFlags("run")
-	fs.StringVar(&f.key, "key", "", "the lock's key (required)")
+	fs.StringVar(&f.key, "key", "", "the lock's key (required, unless --keys)")
+	keysFlag(fs, &f.keys)
+	durationFlag(fs, &f.lockDelay, "lock-delay", 0, "if the lease is lost without a release, keep the key from everyone for this `duration` after")
 	durationFlag(fs, &f.ttl, "ttl", 60*time.Second, "lease TTL (a `duration`); fence renews the lease every TTL/3 while CMD runs")
 	durationFlag(fs, &f.wait, "wait", 0, "wait at most this `duration` for a held key, then exit 75 (default: wait until it is free)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "if the key is held, exit 75 at once instead of waiting")
@@ -78,22 +81,24 @@ func parseRun(args []string, stdout io.Writer) (f runFlags, jsonOut bool, err er
 	waitSet := false
 	fs.Visit(func(fl *flag.Flag) { waitSet, f.ttlSet = waitSet || fl.Name == "wait", f.ttlSet || fl.Name == "ttl" })
 	switch {
-	case f.key == "":
+	case f.key == "" && f.keys == nil:
 		err = usagef("run: --key is required; usage: %s", runSynopsis)
+	case f.key != "" && f.keys != nil:
+		err = usagef("run: --key and --keys exclude each other: --keys takes every key it lists, all or none")
 	case len(f.argv) == 0:
 		err = usagef("run: no command given; usage: fence run --key K -- CMD ARGS...")
 	case f.noWait && waitSet:
 		err = usagef("run: --wait and --no-wait exclude each other: --wait D waits at most D, --no-wait not at all")
 	case f.ttl <= 0:
 		err = usagef("run: --ttl %v must be positive, e.g. --ttl 30s", f.ttl)
-	case f.wait < 0, f.hold < 0, f.grace < 0:
-		err = usagef("run: --wait, --hold-at-least and --grace must not be negative")
+	case f.wait < 0, f.hold < 0, f.grace < 0, f.lockDelay < 0:
+		err = usagef("run: --wait, --hold-at-least, --grace and --lock-delay must not be negative")
 	case f.metricsAddr != "":
 		if _, _, serr := net.SplitHostPort(f.metricsAddr); serr != nil {
 			err = usagef("run: --metrics-addr %q: want HOST:PORT, e.g. 127.0.0.1:9464 (port 0 picks a free one)", f.metricsAddr)
 		}
 	}
-	if err == nil {
+	if err == nil && f.keys == nil {
 		err = fence.ValidateKey(f.key)
 	}
 	return f, f.json, err
@@ -101,7 +106,7 @@ func parseRun(args []string, stdout io.Writer) (f runFlags, jsonOut bool, err er
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	f, jsonOut, err := parseRun(args, stdout)
-	ev := &events{w: stderr, json: jsonOut, key: f.key}
+	ev := &events{w: stderr, json: jsonOut, key: keyOfEvents(f)}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
@@ -137,7 +142,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err := fitTTL(st, &f, ev); err != nil {
 		return ev.fail(err)
 	}
-	leaseOpts := []fence.AcquireOption{fence.WithTTL(f.ttl)}
+	leaseOpts := []fence.AcquireOption{fence.WithTTL(f.ttl), fence.WithLockDelay(f.lockDelay)}
+	if f.keys != nil {
+		return runKeys(ctx, st, f, leaseOpts, ev, sigs)
+	}
 
 	tctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	l, err := st.client.TryAcquire(tctx, f.key, leaseOpts...)
@@ -169,7 +177,7 @@ func reportHeld(ctx context.Context, st *store, held *fence.HeldError, f runFlag
 	h := held.Holder
 	if h == nil {
 		ictx, cancel := context.WithTimeout(ctx, storeTimeout)
-		if got, err := st.client.Inspect(ictx, f.key); err == nil {
+		if got, err := st.client.Inspect(ictx, held.Key); err == nil {
 			h = &got
 		}
 		cancel()
@@ -182,22 +190,19 @@ func reportHeld(ctx context.Context, st *store, held *fence.HeldError, f runFlag
 	if h != nil {
 		j := toJSON(*h, time.Now())
 		e.Holder = &j
-		e.Message = fmt.Sprintf("key %q %s by %s; not running the command", f.key, why, describe(*h, time.Now()))
+		e.Message = fmt.Sprintf("key %q %s by %s; not running the command", held.Key, why, describe(*h, time.Now()))
 	} else {
-		e.Message = fmt.Sprintf("key %q %s; not running the command", f.key, why)
+		e.Message = fmt.Sprintf("key %q %s; not running the command", held.Key, why)
 	}
 	ev.emit(e, true)
 }
 
-// runHeld runs CMD under the held lease l and returns fence's exit status.
-func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int {
+// runHeld runs CMD under the held lease l (or leases, see holding) and
+// returns fence's exit status.
+func runHeld(l holding, f runFlags, ev *events, sigs <-chan os.Signal) int {
 	cmd := exec.Command(f.argv[0], f.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
-		"FENCE_KEY="+f.key,
-		"FENCE_TOKEN="+strconv.FormatInt(l.Token(), 10),
-		"FENCE_OWNER="+l.Owner(),
-	)
+	cmd.Env = append(os.Environ(), childEnv(l)...)
 	// CMD gets its own process group, so that a lost lease stops all of
 	// it, not just its first process; except on a terminal, where it must
 	// stay in the foreground group to read the terminal and to get Ctrl-C.
@@ -231,8 +236,8 @@ func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int 
 		return exitNoExec
 	}
 	pid := cmd.Process.Pid
-	ev.emit(event{Event: "started", PID: pid, Token: l.Token(),
-		Message: fmt.Sprintf("started %s (pid %d) with token %d", f.argv[0], pid, l.Token())}, false)
+	ev.emit(event{Event: "started", PID: pid, Token: l.Token(), Tokens: tokensOf(l),
+		Message: fmt.Sprintf("started %s (pid %d) with %s", f.argv[0], pid, describeTokens(l))}, false)
 	signalCmd := func(s syscall.Signal) {
 		if ownGroup {
 			_ = syscall.Kill(-pid, s)
@@ -313,13 +318,13 @@ func runHeld(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) int 
 // holdAtLeast keeps the lease until --hold-at-least has passed since it
 // was acquired, unless it is lost or a stopping signal comes first. It
 // reports whether the lease was lost meanwhile.
-func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) (lost bool) {
+func holdAtLeast(l holding, f runFlags, ev *events, sigs <-chan os.Signal) (lost bool) {
 	d := time.Until(l.AcquiredAt().Add(f.hold))
 	if d <= 0 {
 		return false
 	}
 	ev.emit(event{Event: "holding", Token: l.Token(),
-		Message: fmt.Sprintf("holding %q for %s more (--hold-at-least %v)", f.key, roundDur(d), f.hold)}, false)
+		Message: fmt.Sprintf("holding %q for %s more (--hold-at-least %v)", l.Key(), roundDur(d), f.hold)}, false)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
@@ -339,7 +344,7 @@ func holdAtLeast(l *fence.Lease, f runFlags, ev *events, sigs <-chan os.Signal) 
 // release releases l and says so; it returns the error of the release,
 // which matches fence.ErrLost if the lease turned out to be lost (the
 // caller reports that).
-func release(l *fence.Lease, ev *events) error {
+func release(l holding, ev *events) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := l.Release(ctx)
@@ -355,7 +360,7 @@ func release(l *fence.Lease, ev *events) error {
 
 // reportLostAfter reports a lease found lost after CMD ended, with status
 // code: during --hold-at-least, or by the release.
-func reportLostAfter(l *fence.Lease, f runFlags, pid, code int, during string, err error, ev *events) {
+func reportLostAfter(l holding, f runFlags, pid, code int, during string, err error, ev *events) {
 	e := event{Event: "lost", Token: l.Token(), PID: pid, Error: err.Error(),
 		Message: fmt.Sprintf("%v; found %s, after %s (pid %d) exited with status %d: its work may have overlapped another holder's",
 			trimFence(err.Error()), during, f.argv[0], pid, code)}

@@ -1,0 +1,85 @@
+package fenceetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing/fence"
+)
+
+var _ fence.MultiAcquirer = (*Store)(nil)
+
+// TryAcquireAll implements fence.MultiAcquirer with one transaction:
+// if no key has an entry ahead (TryAcquire's compare, for every key), it
+// puts every entry under the session; else it puts none and reads each
+// key's first entry, to name the holder of the first held key. Every
+// entry is created at the transaction's revision, which is each lease's
+// token: greater than every revision before it.
+func (d *Store) TryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fence.Claim, error) {
+	cs, err := d.tryAcquireAll(ctx, reqs)
+	if errors.Is(err, errSessionGone) {
+		cs, err = d.tryAcquireAll(ctx, reqs) // once more, on a new session
+	}
+	return cs, err
+}
+
+func (d *Store) tryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fence.Claim, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	for _, req := range reqs {
+		if req.Kind != fence.KindLock || req.TTL != reqs[0].TTL {
+			return nil, fmt.Errorf("fenceetcd: acquire all: %w: requests of other kinds or TTLs", fence.ErrUnsupported)
+		}
+	}
+	s, err := d.session(ctx, reqs[0].TTL)
+	if err != nil {
+		return nil, fmt.Errorf("fenceetcd: acquire all: %w", err)
+	}
+	qs := make([]queue, len(reqs))
+	var (
+		cmps  []clientv3.Cmp
+		puts  []clientv3.Op
+		reads []clientv3.Op
+	)
+	for i, req := range reqs {
+		q := d.queueOf(s, req)
+		qs[i] = q
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix())
+		puts = append(puts, clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))
+		reads = append(reads, clientv3.OpGet(q.dir, clientv3.WithFirstCreate()...))
+	}
+	resp, err := d.cli.Txn(ctx).If(cmps...).Then(puts...).Else(reads...).Commit()
+	if err != nil {
+		// The puts may have been applied though the reply was lost.
+		for _, q := range qs {
+			d.abandon(s, q, s)
+		}
+		return nil, d.opError("acquire all", reqs[0].Key, err, s)
+	}
+	if !resp.Succeeded {
+		for _, q := range qs {
+			s.freeSlot(q.prefix, q.slot) // nothing was put
+		}
+		for i, req := range reqs {
+			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+				held := &fence.HeldError{Key: req.Key}
+				if h, ok := holder(req.Key, kvs); ok {
+					held.Holder = &h
+				}
+				return nil, held
+			}
+		}
+		// Every entry ahead went between the compare and the reads:
+		// held all the same when the transaction ran.
+		return nil, &fence.HeldError{Key: reqs[0].Key}
+	}
+	claims := make([]fence.Claim, len(reqs))
+	for i, req := range reqs {
+		claims[i] = d.newClaim(s, req.Key, qs[i], resp.Header.Revision)
+	}
+	return claims, nil
+}

@@ -1,0 +1,78 @@
+package fenceredis
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/testkit/testserver"
+)
+
+// A retried TryAcquireAll (go-redis resends a script whose reply was
+// lost) gets the tokens of the first run, and changes nothing.
+func TestAcquireAllRetryKeepsTokens(t *testing.T) {
+	ctx := testCtx(t)
+	connect := connectSingle(testserver.Redis(t))
+	s := mustOpen(t, connect).(*Store)
+	reqs := []fence.Request{
+		{Key: "a", Owner: "o-a", TTL: time.Minute, LockDelay: time.Second},
+		{Key: "b", Owner: "o-b", TTL: time.Minute, LockDelay: time.Second},
+	}
+	first, err := s.TryAcquireAll(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.TryAcquireAll(ctx, reqs)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	for i := range first {
+		if first[i].Token() != again[i].Token() {
+			t.Errorf("%q: retry got token %d, first %d", reqs[i].Key, again[i].Token(), first[i].Token())
+		}
+	}
+	other := []fence.Request{{Key: "0", Owner: "x", TTL: time.Minute}, {Key: "b", Owner: "x", TTL: time.Minute}}
+	var held *fence.HeldError
+	if _, err := s.TryAcquireAll(ctx, other); !errors.As(err, &held) || held.Key != "b" || held.Holder.Owner != "o-b" || held.Holder.Token != first[1].Token() {
+		t.Fatalf("b held: %v (%+v); want its *HeldError naming o-b", err, held)
+	}
+	if _, err := s.Inspect(ctx, "0"); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("a refused TryAcquireAll took key 0: %v", err)
+	}
+	for i, c := range first {
+		if err := c.Release(ctx); err != nil {
+			t.Errorf("release %q: %v", reqs[i].Key, err)
+		}
+	}
+	if left, err := newRaw(t, connect).leftovers(ctx, ""); err != nil || len(left) != 0 {
+		t.Errorf("left after release: %q, %v", left, err)
+	}
+}
+
+// A lease with a lock-delay that ran out can be neither renewed nor
+// released (the release would lift the delay), and holds the key, for
+// anyone, until the delay is over.
+func TestLockDelayOutlivesTheLease(t *testing.T) {
+	ctx := testCtx(t)
+	s := mustOpen(t, connectSingle(testserver.Redis(t))).(*Store)
+	c, err := s.TryAcquire(ctx, fence.Request{Key: "k", Owner: "o", TTL: 100 * time.Millisecond, LockDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Extend(ctx, 100*time.Millisecond); err != nil {
+		t.Fatalf("extend of a live lease: %v", err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if err := c.Extend(ctx, time.Second); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("extend after the lease's end: %v; want ErrNotHeld", err)
+	}
+	if err := c.Release(ctx); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("release after the lease's end: %v; want ErrNotHeld", err)
+	}
+	_, err = s.TryAcquire(ctx, fence.Request{Key: "k", Owner: "p", TTL: time.Second})
+	var held *fence.HeldError
+	if !errors.As(err, &held) || held.Holder.Owner != "o" || held.Holder.ExpiresIn < 50*time.Second {
+		t.Fatalf("TryAcquire in the delay: %v (%+v); want held by o for about a minute", err, held)
+	}
+}
