@@ -128,6 +128,24 @@ type Result struct {
 	leases []leaseSpan
 }
 
+// overlapBound is, per fault, how many overlapping leases (two workers
+// believing they hold one key at once) a plan may show. A holder's
+// validity is measured from before its request was sent, minus a drift
+// margin, so it ends before the store can free the key: a holder that is
+// cut off (blackhole), slowed (delay), killed, or whose store is down for
+// longer than a TTL (restart) stops believing before anyone else is
+// granted the key. Only a holder that cannot run its own timer (pause,
+// SIGSTOP) overlaps, and its writes are what fencing tokens are for: its
+// bound is unlimited, and the guard is what the plan checks. A fault not
+// listed here is not bounded.
+var overlapBound = map[Fault]int{
+	FaultNone:      0,
+	FaultBlackhole: 0,
+	FaultDelay:     0,
+	FaultKill:      0,
+	FaultRestart:   0,
+}
+
 // OK reports whether the plan found nothing wrong.
 func (r *Result) OK() bool {
 	return r.NA != "" || (len(r.Violations) == 0 && r.Linearizable == porcupine.Ok)
@@ -238,6 +256,12 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 				r.Overlaps++
 			}
 		}
+	}
+
+	if bound, ok := overlapBound[r.Fault]; ok && r.Overlaps > bound {
+		r.Violations = append(r.Violations, fmt.Sprintf(
+			"%d overlapping leases under fault %s, where at most %d may be: a holder believed it held a key another worker had been granted",
+			r.Overlaps, r.Fault, bound))
 	}
 
 	r.Violations = append(r.Violations, checkTokens(acquires)...)

@@ -97,6 +97,23 @@ func TestAnalyzePauseUnguarded(t *testing.T) {
 	}
 }
 
+// TestOverlapBound: an overlap is expected under pause only. The same
+// history, two workers believing they hold "k" at once, fails a plan of
+// every other fault, and passes a pause plan.
+func TestOverlapBound(t *testing.T) {
+	for _, f := range Faults {
+		r := &Result{Fault: f}
+		analyze(r, pause(ResStale).events, []Applied{{Key: "k", Token: 34, Accepted: true}, {Key: "k", Token: 33, Highest: 34}}, 1e6*1e6, 10*time.Second)
+		if r.Overlaps != 1 {
+			t.Fatalf("%s: %d overlaps, want 1", f, r.Overlaps)
+		}
+		flagged := strings.Contains(strings.Join(r.Violations, "\n"), "1 overlapping leases under fault "+string(f))
+		if want := f != FaultPause; flagged != want || r.OK() == want {
+			t.Errorf("fault %s with an overlap: flagged %v, OK %v; want flagged %v (violations %q)", f, flagged, r.OK(), want, r.Violations)
+		}
+	}
+}
+
 func TestAnalyzeUnknownWrite(t *testing.T) {
 	// A's write timed out: it may have landed before B's, after it
 	// (refused) or never. Each is fine.

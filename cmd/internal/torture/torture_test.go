@@ -136,10 +136,7 @@ func TestTorture(t *testing.T) {
 			}
 			t.Run(string(f), func(t *testing.T) {
 				r := run(t, s, short(f, false))
-				expectClean(t, r)
-				if f == FaultNone && r.Overlaps != 0 {
-					t.Errorf("%d overlapping leases with no fault injected", r.Overlaps)
-				}
+				expectClean(t, r) // overlaps beyond the fault's bound are violations
 			})
 		}
 	})
