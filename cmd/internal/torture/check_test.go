@@ -112,6 +112,16 @@ func TestOverlapBound(t *testing.T) {
 			t.Errorf("fault %s with an overlap: flagged %v, OK %v; want flagged %v (violations %q)", f, flagged, r.OK(), want, r.Violations)
 		}
 	}
+	// The overlap of pause() lasts 7 ms (B's grant at 11 to A's release
+	// call at 18): within a slack of TTL/10 = 7 ms it is the lag of
+	// recording a loss, not a violation; past it, it is.
+	for ttl, want := range map[time.Duration]bool{70 * time.Millisecond: false, 60 * time.Millisecond: true} {
+		r := &Result{Fault: FaultDelay, TTL: ttl}
+		analyze(r, pause(ResStale).events, []Applied{{Key: "k", Token: 34, Accepted: true}, {Key: "k", Token: 33, Highest: 34}}, 1e6*1e6, 10*time.Second)
+		if flagged := !r.OK(); flagged != want {
+			t.Errorf("an overlap of 7ms with TTL %v (slack %v): flagged %v, want %v (%q)", ttl, overlapSlack(ttl), flagged, want, r.Violations)
+		}
+	}
 }
 
 func TestAnalyzeUnknownWrite(t *testing.T) {
