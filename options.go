@@ -132,6 +132,10 @@ type config struct {
 	holdAtLeast time.Duration
 	err         error // first invalid option
 
+	// WithResume: take back the lease of this owner and token.
+	resumeOwner string
+	resumeToken int64
+
 	// Read by New only.
 	storeName string
 	observer  Observer

@@ -115,6 +115,14 @@
 //     named partitions balance them within one of P/W as workers join,
 //     leave and are killed with SIGKILL; a guarded resource never sees two
 //     owners of a partition at once; nothing stays held once they are gone.
+//   - Break (Breaker), where the driver implements it: a break with a
+//     stale token changes nothing; one with the holder's token frees the
+//     key, the broken holder's renewal is refused, the next token is
+//     greater, and a guard refuses the broken holder's late write (at
+//     once with AdvanceGuard).
+//   - Resume (Resumer), where the driver implements it: the holder's
+//     owner and token take the lease back with its token, extended;
+//     another owner or token gets ErrHeld, an expired lease ErrNotHeld.
 //   - Leftovers (rules 6 and 7): once every lease is released nothing is
 //     left behind, when Store.Leftovers is given.
 //
@@ -266,6 +274,8 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("RWMutex", s.rwmutex)
 	t.Run("RWWriterPreference", s.rwWriterPreference)
 	t.Run("Partitions", s.partitions)
+	t.Run("Break", s.breaking)
+	t.Run("Resume", s.resuming)
 	t.Run("Leftovers", s.leftovers)
 }
 
