@@ -19,7 +19,7 @@ var (
 // owner, ?3 the time the transaction judges by, ?4 the new expiry, ?5
 // the metadata, ?6 the token.
 const (
-	qBreak = `UPDATE ` + Table + ` SET owner = NULL, meta = NULL WHERE key = ?1 AND token = ?2`
+	qBreak  = `UPDATE ` + Table + ` SET owner = NULL, meta = NULL WHERE key = ?1 AND token = ?2`
 	qResume = `UPDATE ` + Table + ` SET expires_us = ?4, meta = ?5
 		WHERE key = ?1 AND owner = ?2 AND expires_us > ?3 AND token = ?6`
 )
