@@ -8,7 +8,7 @@
 // Its clock can be injected (WithClock) and moved forward (Advance), so a
 // test can expire a lease in the store without sleeping; Delete and Expire
 // take a lease away behind its holder's back, to test how code reacts to
-// loss. For fully virtual time, run the test in a testing/synctest bubble:
+// loss. Break and Resume implement fence.Breaker and fence.Resumer. For fully virtual time, run the test in a testing/synctest bubble:
 // then the Client's renewal and validity timers are virtual too.
 //
 // A Store lives in one process: it offers no protection across processes.
