@@ -164,6 +164,10 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg *config, wait bool
 	}
 	req := Request{Key: key, Owner: newOwnerID(cfg.ownerPrefix), TTL: cfg.ttl, Meta: holderMeta(cfg.meta, start),
 		Kind: tgt.kind, Limit: tgt.limit, LockDelay: cfg.lockDelay}
+	if cfg.resumeToken != 0 {
+		l, err = c.resume(ctx, callCtx, cfg, req)
+		return l, err
+	}
 	blocking, _ := c.drv.(BlockingAcquirer)
 	// A lock's waiter that will wait in the driver needs no holder from
 	// its try (waitEnded reads it by Inspect if the wait times out). Other

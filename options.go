@@ -133,6 +133,10 @@ type config struct {
 	lockDelay   time.Duration // 0: none; see lockdelay.go
 	err         error         // first invalid option
 
+	// WithResume: take back the lease of this owner and token.
+	resumeOwner string
+	resumeToken int64
+
 	// Read by New only.
 	storeName string
 	observer  Observer

@@ -341,29 +341,56 @@ func (c *claim) Release(ctx context.Context) error {
 	return nil
 }
 
-// Break breaks key's lease at once, behind its holder's back, as an
-// operator would (az storage blob lease break --lease-break-period 0):
-// the key is free for other contenders at once, the holder's next renewal
-// is refused and its lease lost. The token counter is kept, so tokens go
-// on growing. It is meant for tests of how code reacts to a lost lease.
-// Break returns an error matching fence.ErrNotHeld if the key is not
-// held.
-func (s *Store) Break(ctx context.Context, key string) error {
+var _ fence.Breaker = (*Store)(nil)
+
+// Break implements fence.Breaker: it breaks key's lease at once, behind
+// its holder's back, as an operator would (az storage blob lease break
+// --lease-break-period 0), only if the blob's token (its metadata) is
+// token (any, for 0). The break is conditioned on the ETag of the read
+// that showed the token (If-Match): a new holder writes its token into
+// the metadata, which changes the ETag, so a break never reaches it, and
+// Break looks again. The key is free for other contenders at once, the
+// holder's next renewal is refused and its lease lost. The token counter
+// is kept, so tokens go on growing. The conformance suite's forced loss
+// uses it with token 0. Break returns an error matching fence.ErrNotHeld
+// if the key is not held.
+func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
 	if err := fence.ValidateKey(key); err != nil {
-		return err
+		return fence.Holder{}, err
 	}
-	// Breaking a broken or expired lease succeeds: look first.
-	if _, err := s.Inspect(ctx, key); err != nil {
-		return err
-	}
-	lc, err := lease.NewBlobClient(s.c.NewBlobClient(BlobName(key)), nil)
+	op := "fenceazblob: break " + strconv.Quote(key)
+	b := s.c.NewBlobClient(BlobName(key))
+	lc, err := lease.NewBlobClient(b, nil)
 	if err != nil {
-		return fmt.Errorf("fenceazblob: break %q: %w", key, err)
+		return fence.Holder{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if _, err := lc.BreakLease(ctx, &lease.BlobBreakOptions{BreakPeriod: new(int32(0))}); err != nil {
-		return notHeld("fenceazblob: break "+strconv.Quote(key), err)
+	for range maxRaces {
+		props, err := b.GetProperties(ctx, nil)
+		if bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound) {
+			return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
+		}
+		if err != nil {
+			return fence.Holder{}, azkit.Err(op+": read", err)
+		}
+		// Breaking a broken or expired lease succeeds: look first.
+		if !held(props.LeaseState) {
+			return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
+		}
+		h := holderFrom(key, props.Metadata, props.LeaseState)
+		if token != 0 && h.Token != token {
+			return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
+		}
+		_, err = lc.BreakLease(ctx, &lease.BlobBreakOptions{BreakPeriod: new(int32(0)),
+			ModifiedAccessConditions: &lease.ModifiedAccessConditions{IfMatch: props.ETag}})
+		switch {
+		case err == nil:
+			return h, nil
+		case bloberror.HasCode(err, bloberror.ConditionNotMet):
+			continue // changed since the read: look again
+		}
+		return fence.Holder{}, notHeld(op, err)
 	}
-	return nil
+	return fence.Holder{}, fmt.Errorf("%s: the blob keeps changing under the break", op)
 }
 
 // serverTime is the store's clock as a response tells it: its Date header,

@@ -175,10 +175,10 @@ func TestClaim(t *testing.T) {
 		t.Errorf("TryAcquire of a held key: %v (holder %+v); want a *HeldError naming owner-1, token %d, expiring within %v",
 			err, held.Holder, c1.Token(), ttl)
 	}
-	if err := s.Break(ctx, key); err != nil {
+	if _, err := s.Break(ctx, key, 0); err != nil {
 		t.Fatalf("Break: %v", err)
 	}
-	if err := s.Break(ctx, key); !errors.Is(err, fence.ErrNotHeld) {
+	if _, err := s.Break(ctx, key, 0); !errors.Is(err, fence.ErrNotHeld) {
 		t.Errorf("Break of a broken lease: %v; want ErrNotHeld", err)
 	}
 	if err := c1.Extend(ctx, ttl); !errors.Is(err, fence.ErrNotHeld) {
@@ -304,7 +304,7 @@ func TestLostLeaseBeforeTokenWrite(t *testing.T) {
 		if leased != 1 {
 			return
 		}
-		if err := s.Break(ctx, key); err != nil {
+		if _, err := s.Break(ctx, key, 0); err != nil {
 			t.Errorf("Break: %v", err)
 		}
 		taker = mustTry(t, ctx, b, key)

@@ -349,30 +349,86 @@ func (c *claim) write(ctx context.Context, op string, next entity) error {
 	return nil
 }
 
-// Break frees key at once, behind its holder's back, as an operator
-// would: the holder's next renewal is refused and its lease lost, and the
-// key is free for other contenders at once. The token counter is kept,
-// so tokens go on growing. It is meant for tests of how code reacts to a
-// lost lease. Break returns an error matching fence.ErrNotHeld if the key
-// is not held.
-func (s *Store) Break(ctx context.Context, key string) error {
+var (
+	_ fence.Breaker = (*Store)(nil)
+	_ fence.Resumer = (*Store)(nil)
+)
+
+// Break implements fence.Breaker: it frees key at once, behind its
+// holder's back, only if the entity's holder has token (any, for 0): the
+// entity is replaced, holder cleared and counter kept, If-Match on the
+// ETag it was read with, so a write since (the holder's renewal, a new
+// holder) makes Break look again. The holder's next renewal is refused
+// and its lease lost; tokens go on growing. The conformance suite's
+// forced loss uses it with token 0.
+func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
 	if err := fence.ValidateKey(key); err != nil {
-		return err
+		return fence.Holder{}, err
 	}
 	op := "fenceaztable: break " + strconv.Quote(key)
-	cur, etag, _, found, err := s.read(ctx, key)
-	if err != nil {
-		return azkit.Err(op, err)
-	}
-	if !found || !cur.held() {
-		return fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
-	}
-	free := entity{key: key, token: cur.token, ttl: cur.ttl}
-	if _, err := s.replace(ctx, &free, etag); err != nil {
-		if azkit.Conflict(err) {
-			return azkit.NotHeld(op, err)
+	for range maxRaces {
+		cur, etag, _, found, err := s.read(ctx, key)
+		if err != nil {
+			return fence.Holder{}, azkit.Err(op, err)
 		}
-		return azkit.Err(op, err)
+		if !found || !cur.held() {
+			return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
+		}
+		h := cur.holder(key, s.watch(PartitionKey(key), etag, cur.holdFor(fence.DefaultTTL), time.Now()))
+		if token != 0 && cur.token != token {
+			return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
+		}
+		free := entity{key: key, token: cur.token, ttl: cur.ttl}
+		if _, err := s.replace(ctx, &free, etag); err != nil {
+			if azkit.Conflict(err) {
+				continue // written since the read: look again
+			}
+			return fence.Holder{}, azkit.Err(op, err)
+		}
+		s.forget(PartitionKey(key))
+		return h, nil
 	}
-	return nil
+	return fence.Holder{}, fmt.Errorf("%s: the entity keeps changing under the break", op)
+}
+
+// Resume implements fence.Resumer: it renews key's entity, with the new
+// TTL and metadata, only if it names req.Owner with tok and this Store
+// has not seen it unchanged for its holder's TTL, If-Match on the ETag it
+// was read with.
+func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence.Claim, error) {
+	if req.Kind != fence.KindLock {
+		return nil, fmt.Errorf("fenceaztable: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
+	}
+	op := "fenceaztable: resume " + strconv.Quote(req.Key)
+	want := entity{key: req.Key, owner: req.Owner, token: tok, ttl: ttlMillis(req.TTL), meta: req.Meta}
+	if _, err := want.marshal(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	for range maxRaces {
+		cur, etag, _, found, err := s.read(ctx, req.Key)
+		if err != nil {
+			return nil, azkit.Err(op, err)
+		}
+		if !found || !cur.held() {
+			return nil, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
+		}
+		left := s.watch(PartitionKey(req.Key), etag, cur.holdFor(req.TTL), time.Now())
+		if left <= 0 {
+			return nil, fmt.Errorf("%s: %w: its holder has not renewed for its TTL", op, fence.ErrNotHeld)
+		}
+		if cur.owner != req.Owner || cur.token != tok {
+			h := cur.holder(req.Key, left)
+			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+		}
+		tag, err := s.replace(ctx, &want, etag)
+		if err != nil {
+			if azkit.Conflict(err) {
+				continue
+			}
+			return nil, azkit.Err(op, err)
+		}
+		s.forget(PartitionKey(req.Key))
+		return &claim{s: s, e: want, etag: tag}, nil
+	}
+	return nil, fmt.Errorf("%s: the entity keeps changing under the resume", op)
 }

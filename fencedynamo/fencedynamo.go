@@ -355,30 +355,91 @@ func (c *claim) write(ctx context.Context, op string, next item) error {
 	return nil
 }
 
-// Break frees key at once, behind its holder's back, as an operator
-// would: the holder's next renewal is refused and its lease lost, and the
-// key is free for other contenders at once. The token counter is kept,
-// so tokens go on growing. It is meant for tests of how code reacts to a
-// lost lease. Break returns an error matching fence.ErrNotHeld if the key
-// is not held.
-func (s *Store) Break(ctx context.Context, key string) error {
+var (
+	_ fence.Breaker = (*Store)(nil)
+	_ fence.Resumer = (*Store)(nil)
+)
+
+// Break implements fence.Breaker: it frees key at once, behind its
+// holder's back, only if the item's holder has token (any, for 0): the
+// item is put with the holder cleared and the counter kept, conditioned
+// on the record version it was read with, so a write since (the
+// holder's renewal, a new holder) makes Break look again. The holder's
+// next renewal is refused and its lease lost; tokens go on growing. The
+// conformance suite's forced loss uses it with token 0.
+func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
 	if err := fence.ValidateKey(key); err != nil {
-		return err
+		return fence.Holder{}, err
 	}
 	op := "fencedynamo: break " + strconv.Quote(key)
-	cur, _, found, err := s.read(ctx, key)
-	if err != nil {
-		return storageErr(op, s.table, err)
-	}
-	if !found || !cur.held() {
-		return fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
-	}
-	free := item{key: key, token: cur.token, ttl: cur.ttl, rv: newRV()}
-	if err := s.put(ctx, &free, &cur); err != nil {
-		if conflict(err) {
-			return notHeldErr(op, s.table, err)
+	name := PartitionKey(key)
+	for range maxRaces {
+		cur, _, found, err := s.read(ctx, key)
+		if err != nil {
+			return fence.Holder{}, storageErr(op, s.table, err)
 		}
-		return storageErr(op, s.table, err)
+		if !found || !cur.held() {
+			return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
+		}
+		h := cur.holder(key, s.watch(name, &cur, cur.holdFor(fence.DefaultTTL), time.Now()))
+		if token != 0 && cur.token != token {
+			return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
+		}
+		free := item{key: key, token: cur.token, ttl: cur.ttl, rv: newRV()}
+		if err := s.put(ctx, &free, &cur); err != nil {
+			if conflict(err) {
+				continue // written since the read: look again
+			}
+			return fence.Holder{}, storageErr(op, s.table, err)
+		}
+		s.seen.Forget(name)
+		return h, nil
 	}
-	return nil
+	return fence.Holder{}, fmt.Errorf("%s: the item keeps changing under the break", op)
+}
+
+// Resume implements fence.Resumer: it renews key's item, with the new TTL
+// and metadata and the same token, only if it names req.Owner with tok
+// and this Store has not seen it unchanged for its holder's TTL,
+// conditioned on the record version it was read with.
+func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence.Claim, error) {
+	if req.Kind != fence.KindLock {
+		return nil, fmt.Errorf("fencedynamo: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
+	}
+	op := "fencedynamo: resume " + strconv.Quote(req.Key)
+	name := PartitionKey(req.Key)
+	if _, err := checkMeta(req.Meta); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	for range maxRaces {
+		cur, _, found, err := s.read(ctx, req.Key)
+		if err != nil {
+			return nil, storageErr(op, s.table, err)
+		}
+		if !found || !cur.held() {
+			return nil, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
+		}
+		left := s.watch(name, &cur, cur.holdFor(req.TTL), time.Now())
+		if left <= 0 {
+			return nil, fmt.Errorf("%s: %w: its holder has not renewed for its TTL", op, fence.ErrNotHeld)
+		}
+		if cur.owner != req.Owner || cur.token != tok {
+			h := cur.holder(req.Key, left)
+			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+		}
+		want := item{key: req.Key, owner: req.Owner, token: tok, ttl: ttlMillis(req.TTL), meta: req.Meta, rv: newRV()}
+		err = s.put(ctx, &want, &cur)
+		if err != nil && s.mine(ctx, &want) {
+			err = nil // the SDK retried a write that had landed
+		}
+		if err != nil {
+			if conflict(err) {
+				continue
+			}
+			return nil, storageErr(op, s.table, err)
+		}
+		s.seen.Forget(name)
+		return &claim{s: s, it: want}, nil
+	}
+	return nil, fmt.Errorf("%s: the item keeps changing under the resume", op)
 }

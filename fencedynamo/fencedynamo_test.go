@@ -167,10 +167,13 @@ func TestClaim(t *testing.T) {
 		t.Errorf("TryAcquire of a held key: %v (holder %+v); want a *HeldError naming owner-1, token %d, expiring in %v",
 			err, held, c1.Token(), 3*ttl)
 	}
-	if err := s.Break(ctx, key); err != nil {
+	if _, err := s.Break(ctx, key, c1.Token()+1); !errors.Is(err, fence.ErrHeld) {
+		t.Errorf("Break with another token: %v; want ErrHeld", err)
+	}
+	if _, err := s.Break(ctx, key, c1.Token()); err != nil {
 		t.Fatalf("Break: %v", err)
 	}
-	if err := s.Break(ctx, key); !errors.Is(err, fence.ErrNotHeld) {
+	if _, err := s.Break(ctx, key, 0); !errors.Is(err, fence.ErrNotHeld) {
 		t.Errorf("Break of a free key: %v; want ErrNotHeld", err)
 	}
 	if err := c1.Extend(ctx, ttl); !errors.Is(err, fence.ErrNotHeld) {

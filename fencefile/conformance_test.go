@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) {
 			return fencetest.Store{
 				Connect: s.Dir(),
 				Delete: func(_ context.Context, key string) error {
-					return s.Break(key)
+					return s.Delete(key)
 				},
 				// A lost state directory, as a tmpfs after a reboot: every
 				// file of the key goes (its lock file, and for the other

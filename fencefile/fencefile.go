@@ -170,7 +170,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		}
 	}
 	// The loop retries only if the lock file was replaced or deleted
-	// between our open and our grant (by Break, or by hand): a grant counts
+	// between our open and our grant (by Delete or Break, or by hand): a grant counts
 	// only if, once its token is written, the file still has its name, so
 	// that a newcomer on a new file draws its token from the clock later.
 	for attempt := 0; ; attempt++ {

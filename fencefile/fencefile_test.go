@@ -259,26 +259,26 @@ func TestInspectAndList(t *testing.T) {
 	}
 }
 
-// Break replaces the lock file: the key is free at once, the holder's
+// Delete replaces the lock file: the key is free at once, the holder's
 // Extend and Release report ErrNotHeld, and the old holder cannot touch
 // the new one.
-func TestBreak(t *testing.T) {
+func TestDelete(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	if err := s.Break("k"); !errors.Is(err, fence.ErrNotHeld) {
-		t.Errorf("Break of a free key = %v, want ErrNotHeld", err)
+	if err := s.Delete("k"); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("Delete of a free key = %v, want ErrNotHeld", err)
 	}
 	old := mustAcquire(t, s, "k", "old")
-	if err := s.Break("k"); err != nil {
+	if err := s.Delete("k"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Inspect(ctx, "k"); !errors.Is(err, fence.ErrNotHeld) {
-		t.Errorf("Inspect after Break = %v, want ErrNotHeld", err)
+		t.Errorf("Inspect after Delete = %v, want ErrNotHeld", err)
 	}
 	nw := mustAcquire(t, s, "k", "new")
 	defer nw.Release(ctx)
 	if nw.Token() <= old.Token() {
-		t.Errorf("token after Break = %d, want > %d", nw.Token(), old.Token())
+		t.Errorf("token after Delete = %d, want > %d", nw.Token(), old.Token())
 	}
 	if err := old.Extend(ctx, time.Minute); !errors.Is(err, fence.ErrNotHeld) {
 		t.Errorf("old Extend = %v, want ErrNotHeld", err)

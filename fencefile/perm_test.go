@@ -32,7 +32,7 @@ func acquireEveryKind(t *testing.T, s *fencefile.Store, key string) {
 		}
 	}
 	c := mustAcquire(t, s, key+"/broken", "o")
-	if err := s.Break(key + "/broken"); err != nil {
+	if err := s.Delete(key + "/broken"); err != nil {
 		t.Fatal(err)
 	}
 	c.Release(ctx)

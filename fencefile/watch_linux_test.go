@@ -73,7 +73,7 @@ func TestWatch(t *testing.T) {
 
 	c = mustAcquire(t, s, "k", "a")
 	drain(ch)
-	if err := s.Break("k"); err != nil {
+	if err := s.Delete("k"); err != nil {
 		t.Fatal(err)
 	}
 	expectWake(t, ch, "break")

@@ -42,13 +42,7 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 // elector does on release, conditioned like Extend. The Lease stays, with
 // its token counter.
 func (c *claim) Release(ctx context.Context) error {
-	return c.write(ctx, "release", func(l *coordinationv1.Lease) {
-		now := metav1.NowMicro()
-		l.Spec.HolderIdentity = nil
-		l.Spec.LeaseDurationSeconds = ptr(int32(1))
-		l.Spec.RenewTime = &now
-		delete(l.Annotations, AnnotationMeta)
-	})
+	return c.write(ctx, "release", func(l *coordinationv1.Lease) { released(l) })
 }
 
 // write updates our last version of the Lease with change. If someone

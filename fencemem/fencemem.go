@@ -8,7 +8,7 @@
 // Its clock can be injected (WithClock) and moved forward (Advance), so a
 // test can expire a lease in the store without sleeping; Delete and Expire
 // take a lease away behind its holder's back, to test how code reacts to
-// loss. For fully virtual time, run the test in a testing/synctest bubble:
+// loss. Break and Resume implement fence.Breaker and fence.Resumer. For fully virtual time, run the test in a testing/synctest bubble:
 // then the Client's renewal and validity timers are virtual too.
 //
 // It takes several locks at once under its mutex (fence.MultiAcquirer)
@@ -112,6 +112,8 @@ var (
 	_ fence.WaiterCounter = (*Store)(nil)
 	_ fence.MultiAcquirer = (*Store)(nil)
 	_ fence.LockDelayer   = (*Store)(nil)
+	_ fence.Breaker       = (*Store)(nil)
+	_ fence.Resumer       = (*Store)(nil)
 )
 
 // Supports implements fence.KindSupporter: the Store does locks,
@@ -382,6 +384,53 @@ func (s *Store) Advance(d time.Duration) {
 			s.notify(key)
 		}
 	}
+}
+
+// Break implements fence.Breaker: it deletes key's lock if its token is
+// token (any, for 0). The key's token counter stays.
+func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
+	if err := ctx.Err(); err != nil {
+		return fence.Holder{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	e := s.live(key, now)
+	if e == nil {
+		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+	}
+	h := e.holder(key, now)
+	if token != 0 && e.token != token {
+		return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
+	}
+	delete(s.locks, key)
+	s.notify(key)
+	return h, nil
+}
+
+// Resume implements fence.Resumer: it extends key's lock for req.Owner if
+// its owner and token are theirs.
+func (s *Store) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if req.Kind != fence.KindLock {
+		return nil, fmt.Errorf("%w: resume of a %s", fence.ErrUnsupported, req.Kind)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	e := s.live(req.Key, now)
+	if e == nil {
+		return nil, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, req.Key)
+	}
+	if e.owner != req.Owner || e.token != token {
+		h := e.holder(req.Key, now)
+		return nil, &fence.HeldError{Key: req.Key, Holder: &h}
+	}
+	e.expires = now.Add(req.TTL)
+	e.meta = maps.Clone(req.Meta)
+	return &claim{s: s, key: req.Key, kind: fence.KindLock, owner: req.Owner, token: token}, nil
 }
 
 // Delete removes key's lease behind its holder's back, as an operator or a

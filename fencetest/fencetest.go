@@ -126,6 +126,14 @@
 //     session killed) keeps the key from everyone for the delay after,
 //     no less (allowing for drift) and not much more; a released key is
 //     free at once. Other drivers must be refused WithLockDelay.
+//   - Break (Breaker), where the driver implements it: a break with a
+//     stale token changes nothing; one with the holder's token frees the
+//     key, the broken holder's renewal is refused, the next token is
+//     greater, and a guard refuses the broken holder's late write (at
+//     once with AdvanceGuard).
+//   - Resume (Resumer), where the driver implements it: the holder's
+//     owner and token take the lease back with its token, extended;
+//     another owner or token gets ErrHeld, an expired lease ErrNotHeld.
 //   - Leftovers (rules 6 and 7): once every lease is released nothing is
 //     left behind, when Store.Leftovers is given.
 //
@@ -279,6 +287,8 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Partitions", s.partitions)
 	t.Run("Multi", s.multi)
 	t.Run("LockDelay", s.lockDelay)
+	t.Run("Break", s.breaking)
+	t.Run("Resume", s.resuming)
 	t.Run("Leftovers", s.leftovers)
 }
 

@@ -50,6 +50,20 @@ var broken = map[string]brokenDriver{
 	// found only at release is still a loss.
 	"release-never-refuses": {build: releaseNeverRefuses, catch: []string{"Release"},
 		why: "the driver's Release must report ErrNotHeld"},
+	// Breaker: a break with a stale token changes nothing...
+	"break-ignores-token": {build: breakIgnoresToken, catch: []string{"Break"},
+		why: "a break with a stale token changes nothing"},
+	// ...and keeps the token counter (rule 2).
+	"break-resets-tokens": {build: breakResetsTokens, catch: []string{"Break"},
+		why: "token after the break 1 is not greater"},
+	// Resumer: the token and the owner must both match...
+	"resume-ignores-token": {build: resumeIgnoresToken, catch: []string{"Resume"},
+		why: "a wrong token or owner is refused"},
+	"resume-ignores-owner": {build: resumeIgnoresOwner, catch: []string{"Resume"},
+		why: "resume with another owner: <nil>"},
+	// ...and the lease is extended (rule 3).
+	"resume-not-extended": {build: resumeNotExtended, catch: []string{"Resume"},
+		why: "the resume must extend the lease"},
 	// No orphans (rule 6): a holder that stops renewing frees the key
 	// after the TTL.
 	"lease-outlives-ttl": {build: leaseOutlivesTTL, catch: []string{"LocalValidity"},

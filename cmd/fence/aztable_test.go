@@ -73,7 +73,7 @@ func TestAztableStore(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := fenceaztable.New(svc.NewClient(name)).Break(ctx, "k"); err != nil {
+	if _, err := fenceaztable.New(svc.NewClient(name)).Break(ctx, "k", 0); err != nil {
 		t.Fatal(err)
 	}
 	if ev := h.expect(t, "lost"); ev["reason"] != "refused" {

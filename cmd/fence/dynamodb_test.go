@@ -69,7 +69,7 @@ func TestDynamoStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closer.Close()
-	if err := drv.(*fencedynamo.Store).Break(ctx, "k"); err != nil {
+	if _, err := drv.(*fencedynamo.Store).Break(ctx, "k", 0); err != nil {
 		t.Fatal(err)
 	}
 	if ev := h.expect(t, "lost"); ev["reason"] != "refused" {

@@ -1,11 +1,12 @@
 // Command fence runs commands under fenced leases and shows who holds
 // which key. See docs/cli.md, or run "fence help".
 //
-//	fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait]
+//	fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait | --resume]
 //	          [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT]
 //	          [--json] -- CMD ARGS...
 //	fence status [--store URL] --key K [--json]
 //	fence list [--store URL] [--prefix P] [--watch [--interval 1s]] [--json]
+//	fence break [--store URL] --key K (--token N | --force) [--json]
 //	fence help | --help | -h
 //	fence --version
 //
@@ -45,7 +46,7 @@ const usage = `fence runs commands under fenced leases: distributed locks whose 
 acquisition carries a fencing token.
 
 Usage:
-  fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait]
+  fence run [--store URL] --key K [--ttl 60s] [--wait D | --no-wait | --resume]
             [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT]
             [--json] -- CMD ARGS...
       Run CMD while holding K. CMD gets FENCE_KEY, FENCE_TOKEN and
@@ -53,11 +54,16 @@ Usage:
       to the protected resource. While K is held by another, fence waits
       and shows who holds it (live, on a terminal). --metrics-addr serves
       Prometheus metrics at http://HOST:PORT/metrics while fence runs.
+      --resume takes back the still-valid lease that FENCE_OWNER and
+      FENCE_TOKEN name, keeping its token (stores that support it).
   fence status [--store URL] --key K [--json]
       Show who holds K: owner, host, pid, token, time held, time left.
   fence list [--store URL] [--prefix P] [--watch [--interval 1s]] [--json]
       Show every held key (starting with P); with --watch, keep showing
       them, refreshed every --interval, until interrupted.
+  fence break [--store URL] --key K (--token N | --force) [--json]
+      Force-release K: delete its lease only if its token is N (--force:
+      whatever lease holds it). The next holder gets a greater token.
   fence help (or --help, -h)
       Show this help. "fence CMD -h" shows CMD's flags.
   fence --version
@@ -73,13 +79,15 @@ Store (--store, else $FENCE_STORE, else the per-user default):
 
 Exit status:
   fence run     CMD's own status (128+N if CMD died of signal N)
-  0             status: the key is held; list: success
+  0             status: the key is held; list: success; break: broken
   1             fence itself failed (store unusable, I/O error)
   2             usage error (missing --key or command, bad duration or URL)
-  3             status: the key is free
-  75            run: the key is held (--no-wait, or --wait ran out)
+  3             status, break: the key is free
+  75            run: the key is held (--no-wait, or --wait ran out);
+                break: held with another token than --token
   76            run: the lease was lost, while CMD ran (CMD was sent SIGTERM,
-                then SIGKILL) or found when releasing it
+                then SIGKILL) or found when releasing it; run --resume:
+                the lease is no longer held
   126, 127      run: CMD could not be executed, or was not found
   128+N         run: fence got signal N while waiting for the key
 
@@ -120,6 +128,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return cmdStatus(args[1:], stdout, stderr)
 	case "list":
 		return cmdList(args[1:], stdout, stderr)
+	case "break":
+		return cmdBreak(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		printUsage(stdout)
 		return exitOK

@@ -399,7 +399,7 @@ func TestLostLeaseStopsCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Break("k"); err != nil {
+	if err := s.Delete("k"); err != nil {
 		t.Fatal(err)
 	}
 	ev := h.expect(t, "lost")
@@ -472,7 +472,7 @@ func TestLossDuringHoldExits76(t *testing.T) {
 	h := e.background("run", "--json", "--ttl", "3s", "--hold-at-least", "60s", "--key", "k", "--", "true")
 	h.expect(t, "holding")
 	s, _ := fencefile.New(e.store)
-	if err := s.Break("k"); err != nil {
+	if err := s.Delete("k"); err != nil {
 		t.Fatal(err)
 	}
 	if ev := h.expect(t, "lost"); ev["reason"] != "refused" || !strings.Contains(ev["message"].(string), "--hold-at-least") {
@@ -491,7 +491,7 @@ func TestLostLeaseGraceThenKill(t *testing.T) {
 		"sh", "-c", `trap '' TERM; echo ready > `+out+`; sleep 60`)
 	waitReady(t, out)
 	s, _ := fencefile.New(e.store)
-	if err := s.Break("k"); err != nil {
+	if err := s.Delete("k"); err != nil {
 		t.Fatal(err)
 	}
 	h.expect(t, "lost")

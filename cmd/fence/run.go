@@ -54,9 +54,10 @@ type runFlags struct {
 	ttlSet          bool // --ttl was given
 	metricsAddr     string
 	argv            []string
+	resume          resumeFlags // --resume
 }
 
-const runSynopsis = "fence run [--store URL] (--key K | --keys K1,K2,...) [--ttl 60s] [--lock-delay D] [--wait D | --no-wait] [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT] [--json] -- CMD ARGS..."
+const runSynopsis = "fence run [--store URL] (--key K | --keys K1,K2,...) [--ttl 60s] [--lock-delay D] [--wait D | --no-wait | --resume] [--hold-at-least D] [--grace 10s] [--metrics-addr HOST:PORT] [--json] -- CMD ARGS..."
 
 // parseRun parses the command line of "fence run". After -h it returns
 // flag.ErrHelp, the usage printed on stdout; after a mistake, the error
@@ -73,6 +74,7 @@ func parseRun(args []string, stdout io.Writer) (f runFlags, jsonOut bool, err er
 	durationFlag(fs, &f.hold, "hold-at-least", 0, "keep the key after CMD ends until this `duration` after it was acquired")
 	durationFlag(fs, &f.grace, "grace", 10*time.Second, "when the lease is lost, `duration` between SIGTERM and SIGKILL to CMD")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`HOST:PORT`/metrics while fence runs")
+	fs.BoolVar(&f.resume.on, "resume", false, "take back the lease named by FENCE_OWNER and FENCE_TOKEN, keeping its token; never waits")
 	jsonOut = wantsJSON(fs, args)
 	if err := parseFlags(fs, runSynopsis, args, stdout); err != nil {
 		return f, jsonOut, err
@@ -100,6 +102,13 @@ func parseRun(args []string, stdout io.Writer) (f runFlags, jsonOut bool, err er
 	}
 	if err == nil && f.keys == nil {
 		err = fence.ValidateKey(f.key)
+	}
+	if err == nil && f.resume.on && f.keys != nil {
+		err = usagef("run: --resume takes back one lease, of --key; it cannot be given with --keys")
+	}
+	if err == nil && f.resume.on {
+		err = f.resume.read(f.key, f.noWait || waitSet)
+		f.noWait = true // a resume makes one attempt
 	}
 	return f, f.json, err
 }
@@ -146,6 +155,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if f.keys != nil {
 		return runKeys(ctx, st, f, leaseOpts, ev, sigs)
 	}
+	if f.resume.on {
+		leaseOpts = append(leaseOpts, fence.WithResume(f.resume.owner, f.resume.token))
+	}
 
 	tctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	l, err := st.client.TryAcquire(tctx, f.key, leaseOpts...)
@@ -165,6 +177,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &held) {
 			reportHeld(ctx, st, held, f, ev)
 			return exitHeld
+		}
+		if f.resume.on && errors.Is(err, fence.ErrNotHeld) {
+			return f.resume.gone(f.key, ev)
 		}
 		return ev.fail(err)
 	}

@@ -1,0 +1,111 @@
+package fencek8s
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/metajson"
+)
+
+var (
+	_ fence.Breaker = (*Store)(nil)
+	_ fence.Resumer = (*Store)(nil)
+)
+
+// Break implements fence.Breaker: it reads key's Lease and, if it names
+// a holder with token (any, for 0), clears the holder as a release does,
+// in an update conditioned on the resourceVersion read: a write since
+// (the holder's renewal, a new holder) makes it fail, and Break looks
+// again. The Lease stays, with its token counter. A Lease this driver
+// has seen unchanged for a full lease duration has expired: nothing to
+// break.
+func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
+	name := Name(key)
+	for attempt := 0; ; attempt++ {
+		l, err := d.leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && holderOf(l) == "" {
+			return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+		}
+		if err != nil {
+			return fence.Holder{}, fmt.Errorf("fencek8s: break %q: %w", key, err)
+		}
+		left := d.observe(l)
+		if left <= 0 {
+			return fence.Holder{}, fmt.Errorf("%w: %q expired: unchanged for its lease duration", fence.ErrNotHeld, key)
+		}
+		h := d.holder(key, l, left)
+		if token != 0 && h.Token != token {
+			return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
+		}
+		_, err = d.leases.Update(ctx, released(l.DeepCopy()), metav1.UpdateOptions{})
+		if err == nil {
+			d.forget(name)
+			return h, nil
+		}
+		if !apierrors.IsConflict(err) || attempt == 5 {
+			return fence.Holder{}, fmt.Errorf("fencek8s: break %q: %w", key, err)
+		}
+	}
+}
+
+// released is l with its holder cleared, as client-go's elector and
+// Release clear it.
+func released(l *coordinationv1.Lease) *coordinationv1.Lease {
+	now := metav1.NowMicro()
+	l.Spec.HolderIdentity = nil
+	l.Spec.LeaseDurationSeconds = ptr(int32(1))
+	l.Spec.RenewTime = &now
+	delete(l.Annotations, AnnotationMeta)
+	return l
+}
+
+// Resume implements fence.Resumer: it reads key's Lease and, if it names
+// req.Owner with tok and has not expired as this driver sees it,
+// renews it (renewTime, duration, metadata) in an update conditioned on
+// the resourceVersion read.
+func (d *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence.Claim, error) {
+	if req.Kind != fence.KindLock {
+		return nil, fmt.Errorf("fencek8s: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
+	}
+	secs, err := durationSeconds(req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	name := Name(req.Key)
+	for attempt := 0; ; attempt++ {
+		l, err := d.leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && holderOf(l) == "" {
+			return nil, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, req.Key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("fencek8s: resume %q: %w", req.Key, err)
+		}
+		left := d.observe(l)
+		if left <= 0 {
+			return nil, fmt.Errorf("%w: %q expired: unchanged for its lease duration", fence.ErrNotHeld, req.Key)
+		}
+		if holderOf(l) != req.Owner || token(l) != tok {
+			return nil, &fence.HeldError{Key: req.Key, Holder: ptr(d.holder(req.Key, l, left))}
+		}
+		n := l.DeepCopy()
+		now := metav1.NowMicro()
+		n.Spec.RenewTime = &now
+		n.Spec.LeaseDurationSeconds = ptr(secs)
+		if len(req.Meta) > 0 && n.Annotations != nil {
+			n.Annotations[AnnotationMeta] = metajson.Encode(req.Meta)
+		}
+		got, err := d.leases.Update(ctx, n, metav1.UpdateOptions{})
+		if err == nil {
+			d.forget(name)
+			return &claim{d: d, key: req.Key, owner: req.Owner, token: tok, lease: got}, nil
+		}
+		if !apierrors.IsConflict(err) || attempt == 5 {
+			return nil, fmt.Errorf("fencek8s: resume %q: %w", req.Key, err)
+		}
+	}
+}

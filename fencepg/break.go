@@ -1,0 +1,98 @@
+package fencepg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencing/fence"
+)
+
+var (
+	_ fence.Breaker = (*LeaseStore)(nil)
+	_ fence.Resumer = (*LeaseStore)(nil)
+)
+
+// Break implements fence.Breaker in lease mode, in one transaction: it
+// locks key's row (SELECT ... FOR UPDATE), and clears its owner if the
+// lease is live and its token is token (any, for 0), keeping the token
+// and announcing the release to waiters as a release does. Session mode
+// has no Break: its lock belongs to the holder's connection, which only
+// pg_terminate_backend could end, and that cannot compare a token.
+func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
+	if err := d.ensureSetup(ctx); err != nil {
+		return fence.Holder{}, err
+	}
+	L := d.ts.locks.quoted
+	var h fence.Holder
+	live := false
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		var (
+			owner  *string
+			meta   []byte
+			leftUS int64
+		)
+		err := tx.QueryRow(ctx, `SELECT owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
+			FROM `+L+` WHERE key = $1 FOR UPDATE`, key).Scan(&owner, &h.Token, &meta, &leftUS)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil || owner == nil || leftUS <= 0 {
+			return err
+		}
+		live = true
+		h.Key, h.Owner, h.ExpiresIn = key, *owner, time.Duration(leftUS)*time.Microsecond
+		if len(meta) > 0 {
+			_ = json.Unmarshal(meta, &h.Meta) // metadata is informational
+		}
+		if token != 0 && h.Token != token {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `UPDATE `+L+` SET owner = NULL, meta = NULL WHERE key = $1 AND token = $2
+			RETURNING pg_notify('`+d.ts.locks.name+`', $3)::text`, key, h.Token, notifyPayload(key))
+		return err
+	})
+	switch {
+	case err != nil:
+		return fence.Holder{}, fmt.Errorf("fencepg: break %q: %w", key, err)
+	case !live:
+		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+	case token != 0 && h.Token != token:
+		return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
+	}
+	return h, nil
+}
+
+// Resume implements fence.Resumer in lease mode: one UPDATE that extends
+// key's row only if its owner and token are req.Owner and token and it
+// has not expired.
+func (d *LeaseStore) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
+	if err := d.ensureSetup(ctx); err != nil {
+		return nil, err
+	}
+	if req.Kind != fence.KindLock {
+		return nil, fmt.Errorf("fencepg: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
+	}
+	tag, err := d.pool.Exec(ctx, `UPDATE `+d.ts.locks.quoted+`
+		SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', meta = $4
+		WHERE key = $1 AND owner = $2 AND token = $5 AND expires_at > clock_timestamp()`,
+		req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta), token)
+	if err != nil {
+		return nil, fmt.Errorf("fencepg: resume %q: %w", req.Key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return &leaseClaim{d: d, key: req.Key, owner: req.Owner, token: token}, nil
+	}
+	hs, err := d.holders(ctx, d.qInspect, req.Key)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("fencepg: resume %q: %w", req.Key, err)
+	case len(hs) == 0:
+		return nil, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, req.Key)
+	}
+	return nil, &fence.HeldError{Key: req.Key, Holder: &hs[0]}
+}

@@ -1,0 +1,96 @@
+package fencesqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/metajson"
+)
+
+var (
+	_ fence.Breaker = (*Store)(nil)
+	_ fence.Resumer = (*Store)(nil)
+)
+
+// qBreak: ?1 is the key, ?2 the token. qResume: ?1 is the key, ?2 the
+// owner, ?3 the time the transaction judges by, ?4 the new expiry, ?5
+// the metadata, ?6 the token.
+const (
+	qBreak  = `UPDATE ` + Table + ` SET owner = NULL, meta = NULL WHERE key = ?1 AND token = ?2`
+	qResume = `UPDATE ` + Table + ` SET expires_us = ?4, meta = ?5
+		WHERE key = ?1 AND owner = ?2 AND expires_us > ?3 AND token = ?6`
+)
+
+// Break implements fence.Breaker in one write transaction: it reads
+// key's holder and clears it if its token is token (any, for 0), keeping
+// the token in the row.
+func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
+	var holder *fence.Holder
+	broken := false
+	err := s.write(ctx, func(tx *sql.Tx, now int64) error {
+		hs, err := scanHolders(tx.QueryContext(ctx, qHolder, key, now))
+		if err != nil || len(hs) == 0 {
+			return err
+		}
+		holder = &hs[0]
+		holder.Key = key
+		if token != 0 && holder.Token != token {
+			return nil
+		}
+		broken = true
+		_, err = tx.ExecContext(ctx, qBreak, key, holder.Token)
+		return err
+	})
+	switch {
+	case err != nil:
+		return fence.Holder{}, fmt.Errorf("fencesqlite: break %q: %w", key, err)
+	case broken:
+		return *holder, nil
+	case holder != nil:
+		return fence.Holder{}, &fence.HeldError{Key: key, Holder: holder}
+	}
+	return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+}
+
+// Resume implements fence.Resumer in one transaction: it extends key's
+// row if its owner and token are req.Owner and token.
+func (s *Store) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
+	if req.Kind != fence.KindLock {
+		return nil, fmt.Errorf("fencesqlite: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
+	}
+	var meta any
+	if len(req.Meta) > 0 {
+		meta = metajson.Encode(req.Meta)
+	}
+	var holder *fence.Holder
+	err := s.write(ctx, func(tx *sql.Tx, now int64) error {
+		res, err := tx.ExecContext(ctx, qResume, req.Key, req.Owner, now, now+micros(req.TTL), meta, token)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		hs, err := scanHolders(tx.QueryContext(ctx, qHolder, req.Key, now))
+		if err == nil && len(hs) == 1 {
+			hs[0].Key = req.Key
+			holder = &hs[0]
+		}
+		if err == nil {
+			err = errHeld
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, errHeld) && holder != nil:
+		return nil, &fence.HeldError{Key: req.Key, Holder: holder}
+	case errors.Is(err, errHeld):
+		return nil, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, req.Key)
+	case err != nil:
+		return nil, fmt.Errorf("fencesqlite: resume %q: %w", req.Key, err)
+	}
+	return &claim{s: s, key: req.Key, owner: req.Owner, token: token}, nil
+}
