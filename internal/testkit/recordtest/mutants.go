@@ -1,0 +1,59 @@
+package recordtest
+
+import (
+	"context"
+	"maps"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// catchMutants shows that the suite can fail: it runs, each in a child
+// process with the mutant set, the tests of run (the name of the test
+// calling Run) that must catch the mutant, and checks that they fail, for
+// the reason meant.
+func catchMutants[S Store](t *testing.T, run string, mutants map[string]Mutant[S]) {
+	for _, name := range slices.Sorted(maps.Keys(mutants)) {
+		m := mutants[name]
+		t.Run(name, func(t *testing.T) {
+			if len(m.Catch) == 0 || m.Why == "" {
+				t.Fatalf("the mutant %q names no test to catch it (Catch) or no reason (Why)", name)
+			}
+			out, err := runMutant(run, name, m.Catch)
+			if err == nil {
+				t.Fatalf("the suite passed the mutant %q; output:\n%s", name, out)
+			}
+			for _, test := range m.Catch {
+				if !strings.Contains(out, "--- FAIL: "+run+"/"+test+" ") {
+					t.Errorf("%s did not fail on the mutant %q; output:\n%s", test, name, out)
+				}
+			}
+			if !strings.Contains(out, m.Why) {
+				t.Errorf("the mutant %q was caught, but not for the reason meant: no %q in the output:\n%s", name, m.Why, out)
+			}
+		})
+	}
+}
+
+// runMutant runs the tests named of run in a child process with the
+// mutant set.
+func runMutant(run, mutant string, tests []string) (string, error) {
+	var parts, ps []string
+	for _, p := range strings.Split(run, "/") {
+		parts = append(parts, "^"+regexp.QuoteMeta(p)+"$")
+	}
+	for _, test := range tests {
+		ps = append(ps, regexp.QuoteMeta(test))
+	}
+	pattern := strings.Join(parts, "/") + "/^(" + strings.Join(ps, "|") + ")$"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), envMutant+"="+mutant)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
