@@ -211,6 +211,20 @@ func (x *suite[S]) req(key, owner string) fence.Request {
 	return fence.Request{Key: key, Owner: owner, TTL: x.TTL}
 }
 
+// written takes and releases key with s, so that its record exists, and
+// returns the token.
+func (x *suite[S]) written(t *testing.T, ctx context.Context, s S, key string) int64 {
+	t.Helper()
+	c, err := s.TryAcquire(ctx, x.req(key, "owner-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c.Token()
+}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -597,15 +611,7 @@ func (x *suite[S]) cancelledAcquireLeavesNothing(t *testing.T) {
 	viaProxy, connect, proxy := x.proxied(t)
 	a, b := x.open(t, viaProxy), x.open(t, connect)
 	const key = "k"
-	// The record exists: both cases are a replace.
-	c0, err := b.TryAcquire(ctx, x.req(key, "owner-0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c0.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	last := c0.Token()
+	last := x.written(t, ctx, b, key) // both cases are a replace
 	for _, landed := range []bool{false, true} {
 		actx, cancel := context.WithCancel(ctx)
 		restore := x.SetTestHook(func(string) {
@@ -650,13 +656,7 @@ func (x *suite[S]) retriedWriteThatLanded(t *testing.T) {
 	viaProxy, connect, proxy := x.proxied(t)
 	a, b := x.open(t, viaProxy), x.open(t, connect)
 	const key = "k"
-	c0, err := b.TryAcquire(ctx, x.req(key, "owner-0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c0.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	last := x.written(t, ctx, b, key)
 	// loseAnswer holds every answer from now on, then resets the
 	// connections once the write has surely landed.
 	loseAnswer := func() {
@@ -669,8 +669,8 @@ func (x *suite[S]) retriedWriteThatLanded(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire whose write landed but whose answer was lost: %v", err)
 	}
-	if c.Token() <= c0.Token() {
-		t.Errorf("token %d after %d", c.Token(), c0.Token())
+	if c.Token() <= last {
+		t.Errorf("token %d after %d", c.Token(), last)
 	}
 	if _, err := b.TryAcquire(ctx, x.req(key, "owner-b")); !errors.Is(err, fence.ErrHeld) {
 		t.Errorf("TryAcquire of the key just granted: %v; want ErrHeld", err)
