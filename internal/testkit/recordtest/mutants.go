@@ -57,3 +57,47 @@ func runMutant(run, mutant string, tests []string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// mutants returns h.Mutants and the suite's own mutants of the harness:
+// hooks that do nothing, which the tests relying on them must notice
+// rather than pass without having tested anything.
+func mutants[S Store](h Harness[S]) map[string]Mutant[S] {
+	ms := map[string]Mutant[S]{
+		"harness-delete-does-nothing": {
+			Set: func(h *Harness[S]) func() {
+				h.Delete = func(context.Context, S, string) error { return nil }
+				return func() {}
+			},
+			Catch: []string{tokensSurviveDeleted(h)},
+			Why:   "Extend of the lease whose " + h.Record + " was deleted: <nil>; want ErrNotHeld",
+		},
+		"harness-strip-does-nothing": {
+			Set: func(h *Harness[S]) func() {
+				h.Strip = func(context.Context, S, string) error { return nil }
+				return func() {}
+			},
+			Catch: []string{tokensSurviveDeleted(h)},
+			Why:   "Extend of the lease whose " + h.Record + " was overwritten without its counter: <nil>; want ErrNotHeld",
+		},
+		"harness-test-hook-does-nothing": {
+			Set: func(h *Harness[S]) func() {
+				h.SetTestHook = func(func(string)) func() { return func() {} }
+				return func() {}
+			},
+			Catch: []string{"LostRaceBeforeWrite", "LostInsertRace", "CancelledAcquireLeavesNothing", "RetriedWriteThatLanded"},
+			Why:   "did not run",
+		},
+	}
+	for name, m := range h.Mutants {
+		if _, dup := ms[name]; dup {
+			panic("recordtest: mutant " + name + " is the suite's own")
+		}
+		ms[name] = m
+	}
+	return ms
+}
+
+// tokensSurviveDeleted is the name of the test, in the store's words.
+func tokensSurviveDeleted[S Store](h Harness[S]) string {
+	return "TokensSurviveDeleted" + strings.ToUpper(h.Record[:1]) + h.Record[1:]
+}

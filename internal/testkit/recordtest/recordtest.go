@@ -70,7 +70,8 @@ type Harness[S Store] struct {
 	// told to disk; Kill comes that long after the last write.
 	Persisted time.Duration
 	// Mutants are broken modes of the store, each with the tests that must
-	// catch it; the suite's Mutants test runs them. Optional.
+	// catch it; the suite's Mutants test runs them, and the suite's own
+	// mutants of the harness. Optional.
 	Mutants map[string]Mutant[S]
 }
 
@@ -94,7 +95,7 @@ const envMutant = "RECORDTEST_MUTANT"
 // is global.
 func Run[S Store](t *testing.T, h Harness[S]) {
 	if name := os.Getenv(envMutant); name != "" {
-		m, ok := h.Mutants[name]
+		m, ok := mutants(h)[name]
 		if !ok {
 			t.Fatalf("%s=%s: no such mutant", envMutant, name)
 		}
@@ -104,7 +105,7 @@ func Run[S Store](t *testing.T, h Harness[S]) {
 	t.Run("ExpiryOnOwnClock", x.expiryOnOwnClock)
 	t.Run("RenewalRestartsWatch", x.renewalRestartsWatch)
 	t.Run("Claim", x.claim)
-	t.Run("TokensSurviveDeleted"+strings.ToUpper(h.Record[:1])+h.Record[1:], x.tokensSurviveDeleted)
+	t.Run(tokensSurviveDeleted(h), x.tokensSurviveDeleted)
 	t.Run("LostRaceBeforeWrite", x.lostRaceBeforeWrite)
 	t.Run("LostInsertRace", x.lostInsertRace)
 	t.Run("MetadataTooLarge", x.metadataTooLarge)
@@ -112,9 +113,9 @@ func Run[S Store](t *testing.T, h Harness[S]) {
 	t.Run("TokensAcrossRestart", x.tokensAcrossRestart)
 	t.Run("CancelledAcquireLeavesNothing", x.cancelledAcquireLeavesNothing)
 	t.Run("RetriedWriteThatLanded", x.retriedWriteThatLanded)
-	if os.Getenv(envMutant) == "" && len(h.Mutants) > 0 {
+	if os.Getenv(envMutant) == "" {
 		name := t.Name()
-		t.Run("Mutants", func(t *testing.T) { catchMutants(t, name, h.Mutants) })
+		t.Run("Mutants", func(t *testing.T) { catchMutants(t, name, mutants(h)) })
 	}
 }
 
@@ -394,7 +395,8 @@ func (x *suite[S]) claim(t *testing.T) {
 
 // tokensSurviveDeleted: a record deleted or stripped of its counter
 // behind fence's back (an operator, a script) restarts its counter from
-// the store's clock, above every earlier token.
+// the store's clock, above every earlier token. A lease is held on the
+// record when it goes, and its renewal is refused: the record did go.
 func (x *suite[S]) tokensSurviveDeleted(t *testing.T) {
 	ctx := testCtx(t)
 	s, c := x.client(t, x.server(t))
@@ -411,21 +413,32 @@ func (x *suite[S]) tokensSurviveDeleted(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	gone := func(how string, do func(ctx context.Context, s S, key string) error) {
+		t.Helper()
+		held, err := s.TryAcquire(ctx, x.req(key, "owner-held"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held.Token() <= last {
+			t.Errorf("before the %s was %s: token %d is not greater than %d", x.Record, how, held.Token(), last)
+		}
+		last = held.Token()
+		// The one assumption: the counter is not lost within the second
+		// it was last written (the seed's resolution is a second).
+		time.Sleep(1100 * time.Millisecond)
+		if err := do(ctx, s, key); err != nil {
+			t.Fatal(err)
+		}
+		if err := held.Extend(ctx, x.TTL); !errors.Is(err, fence.ErrNotHeld) {
+			t.Errorf("Extend of the lease whose %s was %s: %v; want ErrNotHeld", x.Record, how, err)
+		}
+		next(fmt.Sprintf("after the %s was %s", x.Record, how))
+	}
 	next("first")
 	next("second")
-	// The one assumption: the counter is not lost within the second it
-	// was last written (the seed's resolution is a second).
-	time.Sleep(1100 * time.Millisecond)
-	if err := x.Delete(ctx, s, key); err != nil {
-		t.Fatal(err)
-	}
-	next(fmt.Sprintf("after the %s was deleted", x.Record))
+	gone("deleted", x.Delete)
 	next("then")
-	time.Sleep(1100 * time.Millisecond)
-	if err := x.Strip(ctx, s, key); err != nil {
-		t.Fatal(err)
-	}
-	next(fmt.Sprintf("after the %s was overwritten without its counter", x.Record))
+	gone("overwritten without its counter", x.Strip)
 	next("then")
 }
 
@@ -490,6 +503,9 @@ func (x *suite[S]) lostInsertRace(t *testing.T) {
 		}
 	})()
 	_, err := a.TryAcquire(ctx, key)
+	if winner == nil {
+		t.Fatalf("the competing insert did not run (TryAcquire: %v)", err)
+	}
 	var held *fence.HeldError
 	if !errors.As(err, &held) || held.Holder == nil || held.Holder.Token != winner.Token() {
 		t.Errorf("TryAcquire that lost the insert of the %s: %v; want a *HeldError naming token %d", x.Record, err, winner.Token())
@@ -614,7 +630,9 @@ func (x *suite[S]) cancelledAcquireLeavesNothing(t *testing.T) {
 	last := x.written(t, ctx, b, key) // both cases are a replace
 	for _, landed := range []bool{false, true} {
 		actx, cancel := context.WithCancel(ctx)
+		hooked := false
 		restore := x.SetTestHook(func(string) {
+			hooked = true
 			if !landed {
 				cancel()
 				return
@@ -628,6 +646,9 @@ func (x *suite[S]) cancelledAcquireLeavesNothing(t *testing.T) {
 		_, err := a.TryAcquire(actx, x.req(key, "owner-a"))
 		restore()
 		cancel()
+		if !hooked {
+			t.Fatalf("landed %v: the test hook did not run: nothing was cancelled", landed)
+		}
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("landed %v: TryAcquire cancelled: %v; want context.Canceled", landed, err)
 		}
@@ -663,9 +684,13 @@ func (x *suite[S]) retriedWriteThatLanded(t *testing.T) {
 		proxy.Blackhole(faultproxy.Downstream)
 		time.AfterFunc(500*time.Millisecond, func() { proxy.Reset(); proxy.Heal() })
 	}
-	restore := x.SetTestHook(func(string) { loseAnswer() })
+	hooked := false
+	restore := x.SetTestHook(func(string) { hooked = true; loseAnswer() })
 	c, err := a.TryAcquire(ctx, x.req(key, "owner-a"))
 	restore()
+	if !hooked {
+		t.Fatal("the test hook did not run: no answer was lost")
+	}
 	if err != nil {
 		t.Fatalf("TryAcquire whose write landed but whose answer was lost: %v", err)
 	}
