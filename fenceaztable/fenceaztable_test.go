@@ -21,9 +21,8 @@ func harness() recordtest.Harness[*fenceaztable.Store] {
 		TTL:    2 * time.Second,
 		Record: "entity", Version: "ETag",
 		Server: func(t *testing.T) (string, recordtest.Process) {
-			t.Helper()
 			az := testserver.AzuriteTable(t)
-			return newTableName() + "|" + az.ConnectionString(), az
+			return testserver.Name("fence") + "|" + az.ConnectionString(), az
 		},
 		Open: open,
 		Delete: func(ctx context.Context, s *fenceaztable.Store, key string) error {

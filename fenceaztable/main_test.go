@@ -1,8 +1,6 @@
 package fenceaztable_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -17,12 +15,6 @@ import (
 
 func TestMain(m *testing.M) {
 	leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks())
-}
-
-func newTableName() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "fence" + hex.EncodeToString(b)
 }
 
 // open opens a store from a connect string made by the harness's Server:

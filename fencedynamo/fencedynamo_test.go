@@ -13,6 +13,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencedynamo"
 	"github.com/fencing/fence/internal/testkit/recordtest"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 const ttl = 2 * time.Second
@@ -24,8 +25,8 @@ func harness() recordtest.Harness[*fencedynamo.Store] {
 		TTL:    ttl,
 		Record: "item", Version: "record version",
 		Server: func(t *testing.T) (string, recordtest.Process) {
-			connect, d := serverProcess(t)
-			return connect, d
+			d := testserver.Dynalite(t)
+			return testserver.Name("fence-") + "|" + d.Endpoint(), d
 		},
 		Open: func(connect string) (*fencedynamo.Store, func() error, error) {
 			return open(connect)
