@@ -61,23 +61,19 @@ func runMutant(run, mutant string, tests []string) (string, error) {
 // mutants returns h.Mutants and the suite's own mutants of the harness:
 // hooks that do nothing, which the tests relying on them must notice
 // rather than pass without having tested anything.
-func mutants[S Store](h Harness[S]) map[string]Mutant[S] {
+func mutants[S Store](t *testing.T, h Harness[S]) map[string]Mutant[S] {
+	noop := func(context.Context, S, string) error { return nil }
+	refused := func(how string) string {
+		return "Extend of the lease whose " + h.Record + " was " + how + ": <nil>; want ErrNotHeld"
+	}
 	ms := map[string]Mutant[S]{
 		"harness-delete-does-nothing": {
-			Set: func(h *Harness[S]) func() {
-				h.Delete = func(context.Context, S, string) error { return nil }
-				return func() {}
-			},
-			Catch: []string{tokensSurviveDeleted(h)},
-			Why:   "Extend of the lease whose " + h.Record + " was deleted: <nil>; want ErrNotHeld",
+			Set:   func(h *Harness[S]) func() { h.Delete = noop; return func() {} },
+			Catch: []string{tokensSurviveDeleted(h)}, Why: refused("deleted"),
 		},
 		"harness-strip-does-nothing": {
-			Set: func(h *Harness[S]) func() {
-				h.Strip = func(context.Context, S, string) error { return nil }
-				return func() {}
-			},
-			Catch: []string{tokensSurviveDeleted(h)},
-			Why:   "Extend of the lease whose " + h.Record + " was overwritten without its counter: <nil>; want ErrNotHeld",
+			Set:   func(h *Harness[S]) func() { h.Strip = noop; return func() {} },
+			Catch: []string{tokensSurviveDeleted(h)}, Why: refused("overwritten without its counter"),
 		},
 		"harness-test-hook-does-nothing": {
 			Set: func(h *Harness[S]) func() {
@@ -90,7 +86,7 @@ func mutants[S Store](h Harness[S]) map[string]Mutant[S] {
 	}
 	for name, m := range h.Mutants {
 		if _, dup := ms[name]; dup {
-			panic("recordtest: mutant " + name + " is the suite's own")
+			t.Fatalf("the store's mutant %q has the name of one of the suite's own", name)
 		}
 		ms[name] = m
 	}

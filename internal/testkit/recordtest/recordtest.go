@@ -95,7 +95,7 @@ const envMutant = "RECORDTEST_MUTANT"
 // is global.
 func Run[S Store](t *testing.T, h Harness[S]) {
 	if name := os.Getenv(envMutant); name != "" {
-		m, ok := mutants(h)[name]
+		m, ok := mutants(t, h)[name]
 		if !ok {
 			t.Fatalf("%s=%s: no such mutant", envMutant, name)
 		}
@@ -115,7 +115,7 @@ func Run[S Store](t *testing.T, h Harness[S]) {
 	t.Run("RetriedWriteThatLanded", x.retriedWriteThatLanded)
 	if os.Getenv(envMutant) == "" {
 		name := t.Name()
-		t.Run("Mutants", func(t *testing.T) { catchMutants(t, name, mutants(h)) })
+		t.Run("Mutants", func(t *testing.T) { catchMutants(t, name, mutants(t, h)) })
 	}
 }
 
