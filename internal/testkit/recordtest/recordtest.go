@@ -90,9 +90,10 @@ type Mutant[S Store] struct {
 const envMutant = "RECORDTEST_MUTANT"
 
 // Run runs the suite's tests against the store h describes, each a
-// subtest, and the Mutants test that shows they catch h.Mutants. Tests
-// that set the store's test hook must not run in parallel with others: it
-// is global.
+// subtest, and the Mutants test that shows, each in a child process, the
+// tests catching h.Mutants and the suite's own mutants of the harness.
+// Tests that set the store's test hook must not run in parallel with
+// others: it is global.
 func Run[S Store](t *testing.T, h Harness[S]) {
 	if name := os.Getenv(envMutant); name != "" {
 		m, ok := mutants(t, h)[name]
