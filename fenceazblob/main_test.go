@@ -1,8 +1,6 @@
 package fenceazblob_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -31,13 +29,7 @@ func server(t *testing.T) string {
 func serverProcess(t *testing.T) (string, *testserver.AzuriteServer) {
 	t.Helper()
 	az := testserver.Azurite(t)
-	return newContainerName() + "|" + az.ConnectionString(), az
-}
-
-func newContainerName() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "fence-" + hex.EncodeToString(b)
+	return testserver.Name("fence-") + "|" + az.ConnectionString(), az
 }
 
 // open opens a store from a connect string made by server: its own

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/testkit/goldenkeys"
 )
 
 var nameShape = regexp.MustCompile(`^(key/[A-Za-z0-9_~-]+|hash/[0-9a-f]{64})$`)
@@ -20,19 +21,9 @@ func TestBlobName(t *testing.T) {
 		strings.Repeat("/", 339) + "x", strings.Repeat("k", fence.MaxKeyLen),
 		strings.Repeat("k", fence.MaxKeyLen-1) + "j",
 	}
-	seen := map[string]string{}
+	goldenkeys.Shape(t, "blob", BlobName, maxBlobName, "characters", nameShape, keys)
 	for _, k := range keys {
 		n := BlobName(k)
-		if len(n) > maxBlobName {
-			t.Errorf("BlobName(%.30q) is %d characters; Azure allows %d", k, len(n), maxBlobName)
-		}
-		if !nameShape.MatchString(n) {
-			t.Errorf("BlobName(%.30q) = %.60q: not plain ASCII of the expected shape", k, n)
-		}
-		if prev, dup := seen[n]; dup {
-			t.Errorf("keys %.30q and %.30q share blob %.60q", prev, k, n)
-		}
-		seen[n] = k
 		if BlobName(k) != n {
 			t.Errorf("BlobName(%.30q) is not deterministic", k)
 		}

@@ -1,8 +1,6 @@
 package fenceaztable_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -19,28 +17,8 @@ func TestMain(m *testing.M) {
 	leakcheck.VerifyTestMain(m, testserver.IgnoreLeaks())
 }
 
-// server starts a private Azurite Table service and returns the connect
-// string of a new table on it (not created yet: the store creates it).
-func server(t *testing.T) string {
-	t.Helper()
-	connect, _ := serverProcess(t)
-	return connect
-}
-
-func serverProcess(t *testing.T) (string, *testserver.AzuriteTableServer) {
-	t.Helper()
-	az := testserver.AzuriteTable(t)
-	return newTableName() + "|" + az.ConnectionString(), az
-}
-
-func newTableName() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "fence" + hex.EncodeToString(b)
-}
-
-// open opens a store from a connect string made by server: its own table
-// client with its own connections, which close closes.
+// open opens a store from a connect string made by the harness's Server:
+// its own table client with its own connections, which close closes.
 func open(connect string) (*fenceaztable.Store, func() error, error) {
 	name, cs, ok := strings.Cut(connect, "|")
 	if !ok {
@@ -54,14 +32,4 @@ func open(connect string) (*fenceaztable.Store, func() error, error) {
 		return nil, nil, err
 	}
 	return fenceaztable.New(svc.NewClient(name)), func() error { tr.CloseIdleConnections(); return nil }, nil
-}
-
-func mustOpen(t *testing.T, connect string) *fenceaztable.Store {
-	t.Helper()
-	s, closeFn, err := open(connect)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = closeFn() })
-	return s
 }

@@ -19,20 +19,7 @@ func TestPartitionKey(t *testing.T) {
 		strings.Repeat("L", 510), strings.Repeat("L", 511), strings.Repeat("/", 170),
 		strings.Repeat("k", fence.MaxKeyLen), strings.Repeat("k", fence.MaxKeyLen-1) + "j",
 	}
-	seen := map[string]string{}
-	for _, k := range keys {
-		n := PartitionKey(k)
-		if len(n) > maxName {
-			t.Errorf("PartitionKey(%.30q) is %d characters; the limit is %d", k, len(n), maxName)
-		}
-		if !nameShape.MatchString(n) {
-			t.Errorf("PartitionKey(%.30q) = %.60q: not plain ASCII of the expected shape", k, n)
-		}
-		if prev, dup := seen[n]; dup {
-			t.Errorf("keys %.30q and %.30q share partition key %.60q", prev, k, n)
-		}
-		seen[n] = k
-	}
+	goldenkeys.Shape(t, "partition key", PartitionKey, maxName, "characters", nameShape, keys)
 	if PartitionKey(strings.Repeat("L", 510)) != "k."+strings.Repeat("L", 510) {
 		t.Errorf("a key whose escaped name fits 512 characters is hashed")
 	}

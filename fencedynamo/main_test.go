@@ -2,8 +2,6 @@ package fencedynamo_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -25,20 +23,8 @@ func TestMain(m *testing.M) {
 // new table on it (not created yet: stores from open create it).
 func server(t *testing.T) string {
 	t.Helper()
-	connect, _ := serverProcess(t)
+	connect, _ := harness().Server(t)
 	return connect
-}
-
-func serverProcess(t *testing.T) (string, *testserver.DynaliteServer) {
-	t.Helper()
-	d := testserver.Dynalite(t)
-	return newTableName() + "|" + d.Endpoint(), d
-}
-
-func newTableName() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "fence-" + hex.EncodeToString(b)
 }
 
 // dynamoClient returns a DynamoDB client for endpoint with the static

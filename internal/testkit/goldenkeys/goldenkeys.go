@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,4 +134,26 @@ func show(s string) string {
 // One is a names function for stores that give a key a single name.
 func One(name func(key string) string) func(string) []string {
 	return func(k string) []string { return []string{name(k)} }
+}
+
+// Shape checks the names a store gives keys (and the keys of Keys):
+// each fits limit (len in bytes, the unit for messages), has the shape
+// the store expects, and no two keys share one. what names the name in
+// messages ("partition key", "blob").
+func Shape(t testing.TB, what string, name func(key string) string, limit int, unit string, shape *regexp.Regexp, keys []string) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, k := range append(keys, Keys()...) {
+		n := name(k)
+		if len(n) > limit {
+			t.Errorf("the %s of %.30q is %d %s; the limit is %d", what, k, len(n), unit, limit)
+		}
+		if !shape.MatchString(n) {
+			t.Errorf("the %s of %.30q = %.60q: not plain ASCII of the expected shape", what, k, n)
+		}
+		if prev, dup := seen[n]; dup && prev != k {
+			t.Errorf("keys %.30q and %.30q share %s %.60q", prev, k, what, n)
+		}
+		seen[n] = k
+	}
 }
