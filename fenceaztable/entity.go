@@ -22,6 +22,9 @@ import (
 //	TTLms         Edm.Int64: the holder's TTL in milliseconds
 //	Meta          the holder's metadata, JSON; absent if none
 //	Released      the owner id of the holder whose Release freed the key
+//	Write         random, new with every write: tells whether a write
+//	              whose answer was lost landed (an extend changes no
+//	              other property)
 //
 // Every write of fence replaces the whole entity, conditional on the ETag
 // it read (or, for the first, only if there is none), so every property
@@ -33,6 +36,7 @@ type entity struct {
 	ttl      time.Duration
 	meta     map[string]string
 	released string
+	write    string
 }
 
 // maxMeta bounds the holder's metadata, as JSON: the service keeps a
@@ -66,6 +70,9 @@ func (e *entity) marshal() ([]byte, error) {
 	if e.released != "" {
 		m["Released"] = e.released
 	}
+	if e.write != "" {
+		m["Write"] = e.write
+	}
 	return json.Marshal(m)
 }
 
@@ -87,11 +94,12 @@ func parseEntity(b []byte) (entity, error) {
 		TTLms    json.RawMessage `json:"TTLms"`
 		Meta     string          `json:"Meta"`
 		Released string          `json:"Released"`
+		Write    string          `json:"Write"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return entity{}, fmt.Errorf("reading the entity: %w", err)
 	}
-	e := entity{key: raw.Key, owner: raw.Owner, released: raw.Released}
+	e := entity{key: raw.Key, owner: raw.Owner, released: raw.Released, write: raw.Write}
 	if n, ok := int64Prop(raw.Token); ok && n > 0 {
 		e.token = n
 	}

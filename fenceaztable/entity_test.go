@@ -11,7 +11,7 @@ import (
 
 func TestEntityRoundTrip(t *testing.T) {
 	e := entity{key: "jobs/nightly", token: 1<<62 + 7, owner: "o1", ttl: 2500 * time.Millisecond,
-		meta: map[string]string{"host": "h", "pid": "7"}}
+		meta: map[string]string{"host": "h", "pid": "7"}, write: "w1"}
 	b, err := e.marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -20,7 +20,7 @@ func TestEntityRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.key != e.key || got.token != e.token || got.owner != e.owner || got.ttl != e.ttl || got.meta["pid"] != "7" {
+	if got.key != e.key || got.token != e.token || got.owner != e.owner || got.ttl != e.ttl || got.meta["pid"] != "7" || got.write != "w1" {
 		t.Errorf("round trip: %+v, want %+v", got, e)
 	}
 	// Int64 properties as numbers, as another writer may send them.

@@ -56,6 +56,8 @@ package fenceaztable
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -125,7 +127,7 @@ const maxRaces = 3
 
 // settleTimeout bounds the requests that settle a write whose outcome is
 // unknown, even when the caller's context is done.
-const settleTimeout = 10 * time.Second
+var settleTimeout = 10 * time.Second
 
 // Test hook: called after an acquisition reads the entity, before it
 // writes, to provoke the races the If-Match guards against.
@@ -230,6 +232,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 // insert adds e's entity, which must not exist yet, creating the table if
 // it is missing.
 func (s *Store) insert(ctx context.Context, e *entity) (azcore.ETag, error) {
+	e.write = newWriteID()
 	b, err := e.marshal()
 	if err != nil {
 		return "", err
@@ -250,6 +253,7 @@ func (s *Store) insert(ctx context.Context, e *entity) (azcore.ETag, error) {
 
 // replace writes e's entity in place of the one whose ETag is etag.
 func (s *Store) replace(ctx context.Context, e *entity, etag azcore.ETag) (azcore.ETag, error) {
+	e.write = newWriteID()
 	b, err := e.marshal()
 	if err != nil {
 		return "", err
@@ -261,10 +265,9 @@ func (s *Store) replace(ctx context.Context, e *entity, etag azcore.ETag) (azcor
 	return r.ETag, nil
 }
 
-// mine reports whether the entity is now exactly e (the same owner,
-// token and released mark), with its ETag: whether a write of e whose
-// answer was lost or refused on a retry had in fact landed. Only e's
-// writer writes an entity with e's owner and token.
+// mine reports whether the entity is now e as written (its Write id,
+// new with every write), with its ETag: whether a write of e whose answer
+// was lost, or refused on a retry, had in fact landed.
 func (s *Store) mine(ctx context.Context, e *entity) (azcore.ETag, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
@@ -272,7 +275,26 @@ func (s *Store) mine(ctx context.Context, e *entity) (azcore.ETag, bool) {
 	if err != nil || !found {
 		return "", false
 	}
-	return etag, cur.owner == e.owner && cur.token == e.token && cur.released == e.released
+	return etag, e.write != "" && cur.write == e.write
+}
+
+// stillHeld reports whether the entity still names e's owner and token as
+// its holder, with its ETag now: a write of that holder's landed unseen.
+func (s *Store) stillHeld(ctx context.Context, e *entity) (azcore.ETag, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	cur, etag, _, found, err := s.read(ctx, e.key)
+	if err != nil || !found {
+		return "", false
+	}
+	return etag, cur.held() && cur.owner == e.owner && cur.token == e.token
+}
+
+// newWriteID returns a random id for one write.
+func newWriteID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // abandon frees the key if a write whose outcome is unknown made e its
@@ -332,11 +354,31 @@ func (c *claim) Release(ctx context.Context) error {
 // A refusal (another wrote the entity since, or deleted it) is
 // fence.ErrNotHeld; other errors (5xx, the network) are returned as they
 // are: the store may still hold the lease, and the Client retries.
+//
+// A write of this holder's whose answer was lost, and whose landing the
+// read after it could not tell (the service unreachable for a while), may
+// have landed all the same: the entity then has an ETag this claim does
+// not know, and the next write is refused. Before calling that loss,
+// write reads the entity once: if it still names this holder's owner and
+// token, nobody else wrote it (owner ids are unique to one acquisition),
+// so the claim takes its ETag and writes again. The Client counted no
+// validity from the write it could not confirm.
 func (c *claim) write(ctx context.Context, op string, next entity) error {
 	tag, err := c.s.replace(ctx, &next, c.etag)
 	if err != nil {
 		if t, ok := c.s.mine(ctx, &next); ok {
 			tag, err = t, nil // the SDK retried a write that had landed
+		}
+	}
+	if err != nil && azkit.Conflict(err) {
+		if t, ok := c.s.stillHeld(ctx, &c.e); ok {
+			c.etag = t
+			tag, err = c.s.replace(ctx, &next, c.etag)
+			if err != nil {
+				if t, ok := c.s.mine(ctx, &next); ok {
+					tag, err = t, nil
+				}
+			}
 		}
 	}
 	if err != nil {

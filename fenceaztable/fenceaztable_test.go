@@ -35,6 +35,7 @@ func harness() recordtest.Harness[*fenceaztable.Store] {
 			return err
 		},
 		SetTestHook:      fenceaztable.SetTestHook,
+		SetSettleTimeout: fenceaztable.SetSettleTimeout,
 		MetadataTooLarge: 40000,
 		NoTable: func(ctx context.Context, s *fenceaztable.Store) error {
 			_, err := s.Table().NewListEntitiesPager(nil).NextPage(ctx)

@@ -37,3 +37,12 @@ func SetWatchMutant(mutant string) (restore func()) {
 	}
 	return func() { testHookWatch = nil }
 }
+
+// SetSettleTimeout sets how long the read that settles a write whose
+// answer was lost may take, until restore is called. Tests that set it
+// must not run in parallel.
+func SetSettleTimeout(d time.Duration) (restore func()) {
+	old := settleTimeout
+	settleTimeout = d
+	return func() { settleTimeout = old }
+}

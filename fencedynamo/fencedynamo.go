@@ -131,7 +131,7 @@ const maxRaces = 3
 
 // settleTimeout bounds the requests that settle a write whose outcome is
 // unknown, even when the caller's context is done.
-const settleTimeout = 10 * time.Second
+var settleTimeout = 10 * time.Second
 
 // Test hook: called after an acquisition reads the item, before it
 // writes, to provoke the races the condition guards against.
@@ -283,6 +283,17 @@ func (s *Store) mine(ctx context.Context, it *item) bool {
 	return err == nil && found && cur.rv == it.rv
 }
 
+// stillHeld reads it.key and reports whether the item names it.owner
+// and token as its holder, with whatever record version it has now: a
+// write of that holder's landed unseen.
+func (s *Store) stillHeld(ctx context.Context, it *item) (item, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	cur, _, found, err := s.read(ctx, it.key)
+	ok := err == nil && found && cur.held() && cur.owner == it.owner && cur.token == it.token
+	return cur, ok
+}
+
 // abandon frees the key if a write whose outcome is unknown made it its
 // holder, even if ctx is done (a cancelled wait must leave nothing
 // behind). If that fails too, the item looks held until contenders have
@@ -340,10 +351,29 @@ func (c *claim) Release(ctx context.Context) error {
 // fence.ErrNotHeld; other errors (5xx, throttling, the network) are
 // returned as they are: the store may still hold the lease, and the
 // Client retries.
+//
+// A write of this holder's whose answer was lost, and whose landing the
+// read after it could not tell (the store unreachable for a while), may
+// have landed all the same: the item then has a version this claim does
+// not know, and the next write is refused. Before calling that loss,
+// write reads the item once: if it still names this holder's owner and
+// token, nobody else wrote it (owner ids are unique to one acquisition),
+// so the claim takes its version and writes again. The Client counted no
+// validity from the write it could not confirm, so nothing is trusted
+// that the holder did not see.
 func (c *claim) write(ctx context.Context, op string, next item) error {
 	err := c.s.put(ctx, &next, &c.it)
 	if err != nil && c.s.mine(ctx, &next) {
 		err = nil // the SDK retried a write that had landed
+	}
+	if err != nil && conflict(err) {
+		if cur, ok := c.s.stillHeld(ctx, &c.it); ok {
+			c.it = cur
+			err = c.s.put(ctx, &next, &c.it)
+			if err != nil && c.s.mine(ctx, &next) {
+				err = nil
+			}
+		}
 	}
 	if err != nil {
 		if conflict(err) {

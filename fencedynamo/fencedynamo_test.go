@@ -42,6 +42,7 @@ func harness() recordtest.Harness[*fencedynamo.Store] {
 			return err
 		},
 		SetTestHook:      fencedynamo.SetTestHook,
+		SetSettleTimeout: fencedynamo.SetSettleTimeout,
 		MetadataTooLarge: 400000,
 		NoTable: func(ctx context.Context, s *fencedynamo.Store) error {
 			_, err := s.Client().DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: ptr(s.Table())})

@@ -59,6 +59,9 @@ type Harness[S Store] struct {
 	// SetTestHook is the store's SetTestHook: afterRead is called after
 	// an acquisition reads the record, before it writes.
 	SetTestHook func(afterRead func(key string)) (restore func())
+	// SetSettleTimeout is the store's SetSettleTimeout: how long the read
+	// that settles a write whose answer was lost may take.
+	SetSettleTimeout func(d time.Duration) (restore func())
 	// MetadataTooLarge is a size of metadata, in bytes, that the store
 	// refuses before it sends anything.
 	MetadataTooLarge int
@@ -113,6 +116,7 @@ func Run[S Store](t *testing.T, h Harness[S]) {
 	t.Run("TokensAcrossRestart", x.tokensAcrossRestart)
 	t.Run("CancelledAcquireLeavesNothing", x.cancelledAcquireLeavesNothing)
 	t.Run("RetriedWriteThatLanded", x.retriedWriteThatLanded)
+	t.Run("UnsettledWriteThatLanded", x.unsettledWriteThatLanded)
 	if os.Getenv(envMutant) == "" {
 		name := t.Name()
 		t.Run("Mutants", func(t *testing.T) { catchMutants(t, name, mutants(t, h)) })
@@ -723,5 +727,47 @@ func (x *suite[S]) retriedWriteThatLanded(t *testing.T) {
 	}
 	if err := c2.Release(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// unsettledWriteThatLanded: a renewal lands, but its answer is lost and
+// the store stays unreachable past the read that would settle it, so the
+// renewal fails without knowing it landed: the record has a version the
+// holder never saw. The holder's next renewal must not take that for
+// loss: the record still names its owner and token, nobody else wrote
+// it. (A driver that trusted only the version it saw lost the lease here,
+// in a healthy store.)
+func (x *suite[S]) unsettledWriteThatLanded(t *testing.T) {
+	ctx, ttl := testCtx(t), x.TTL
+	viaProxy, connect, proxy := x.proxied(t)
+	a, b := x.open(t, viaProxy), x.open(t, connect)
+	const key = "k"
+	c, err := a.TryAcquire(ctx, x.req(key, "owner-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.SetSettleTimeout(200 * time.Millisecond)()
+	proxy.Blackhole(faultproxy.Downstream) // the requests go through, no answer comes back
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	err = c.Extend(short, ttl)
+	cancel()
+	if err == nil || errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("Extend whose answer never came: %v; want an error that is not ErrNotHeld", err)
+	}
+	// Did it land? The store's own view, not through the proxy.
+	h, err := b.Inspect(ctx, key)
+	if err != nil || h.Owner != "owner-a" || h.Token != c.Token() {
+		t.Fatalf("Inspect after the unanswered Extend: %+v, %v; want owner-a's lease", h, err)
+	}
+	proxy.Reset()
+	proxy.Heal()
+	if err := c.Extend(ctx, ttl); err != nil {
+		t.Fatalf("Extend after an unanswered Extend that landed: %v; the record still names the holder", err)
+	}
+	if _, err := b.TryAcquire(ctx, x.req(key, "owner-b")); !errors.Is(err, fence.ErrHeld) {
+		t.Errorf("TryAcquire of the held key: %v; want ErrHeld", err)
+	}
+	if err := c.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
 	}
 }
