@@ -2,7 +2,10 @@ package testserver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,27 +39,66 @@ func (s *DynaliteServer) Endpoint() string { return "http://" + s.Addr() }
 func Dynalite(t testing.TB, opts ...Option) *DynaliteServer {
 	t.Helper()
 	bin := Require(t, "dynalite")
-	Require(t, "node") // dynalite is a node script
+	node := Require(t, "node") // dynalite is a node script
 	o := collect(opts)
 	dir := dataDir(t, "dynalite")
+	guard, err := writeDynaliteGuard(dir, bin)
+	if err != nil {
+		t.Fatalf("testserver: dynalite: %v", err)
+	}
 	s := &DynaliteServer{}
 	startRetrying(t, "dynalite", func() error {
 		port, err := freePort(0)
 		if err != nil {
 			return err
 		}
-		s.Process = newProcess(t, dynaliteSpec(bin, dir, port, o.args))
+		s.Process = newProcess(t, dynaliteSpec(node, guard, dir, port, o.args))
 		return s.start()
 	})
 	return s
 }
 
-func dynaliteSpec(bin, dir string, port int, args []string) procSpec {
+// dynaliteGuard runs dynalite's command (cli.js, whose path is put in
+// for %s) in a process that survives a client aborting a request:
+// dynalite 4.0.0 throws from the request's 'error' event, so any client
+// that closes a connection with a request half sent (a cancelled
+// context) would kill the server, and with it every test on it. Any
+// other uncaught error still ends the process.
+const dynaliteGuard = `// Written by fence's internal/testkit/testserver: dynalite, kept alive
+// when a client aborts a request.
+process.on('uncaughtException', function (err) {
+  if (err && (err.code === 'ECONNRESET' || err.message === 'aborted')) {
+    console.error('testserver: a client aborted a request (' + err.message + '); still serving')
+    return
+  }
+  console.error(err && err.stack ? err.stack : err)
+  process.exit(70)
+})
+require(%s)
+`
+
+// writeDynaliteGuard writes the guard for the dynalite command at bin
+// (cli.js, or a link to it) into dir and returns its path.
+func writeDynaliteGuard(dir, bin string) (string, error) {
+	cli, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return "", err
+	}
+	quoted, err := json.Marshal(cli)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "dynalite-guard.js")
+	return path, os.WriteFile(path, []byte(fmt.Sprintf(dynaliteGuard, quoted)), 0o644)
+}
+
+func dynaliteSpec(node, guard, dir string, port int, args []string) procSpec {
 	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/"
 	return procSpec{
 		name: "dynalite",
-		path: bin,
+		path: node,
 		args: append([]string{
+			guard,
 			"--host", "127.0.0.1",
 			"--port", strconv.Itoa(port),
 			"--path", dir + "/db",
