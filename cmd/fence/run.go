@@ -167,9 +167,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		var sig os.Signal
 		l, err, sig = waitFor(ctx, st, f, leaseOpts, err, ev, sigs)
 		if sig != nil {
-			ev.emit(event{Event: "interrupted", Signal: sigName(sig),
-				Message: fmt.Sprintf("%s while waiting for %q; not running the command", sigName(sig), f.key)}, true)
-			return sigExit(sig)
+			return interruptedWaiting(ev, sig, f.key)
 		}
 	}
 	if err != nil {
@@ -399,4 +397,13 @@ func trimFence(s string) string {
 		return s[7:]
 	}
 	return s
+}
+
+// interruptedWaiting reports a signal that ended the wait for what (a key,
+// or the keys of --keys) before CMD ran, and returns the exit status the
+// signal calls for.
+func interruptedWaiting(ev *events, sig os.Signal, what any) int {
+	ev.emit(event{Event: "interrupted", Signal: sigName(sig),
+		Message: fmt.Sprintf("%s while waiting for %q; not running the command", sigName(sig), what)}, true)
+	return sigExit(sig)
 }

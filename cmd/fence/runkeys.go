@@ -143,9 +143,7 @@ func runKeys(ctx context.Context, st *store, f runFlags, opts []fence.AcquireOpt
 		var sig os.Signal
 		set, err, sig = waitForAll(ctx, st, f, opts, err, ev, sigs)
 		if sig != nil {
-			ev.emit(event{Event: "interrupted", Signal: sigName(sig),
-				Message: fmt.Sprintf("%s while waiting for %q; not running the command", sigName(sig), f.keys)}, true)
-			return sigExit(sig)
+			return interruptedWaiting(ev, sig, f.keys)
 		}
 	}
 	if err != nil {
