@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,5 +82,42 @@ func TestRunLockDelay(t *testing.T) {
 	r := e.run("run", "--store", store, "--wait", "20s", "--key", "a", "--", "true")
 	if took := time.Since(killed); r.code != exitOK || took < 4*time.Second || took > 10*time.Second {
 		t.Errorf("after the lock-delay: exit %d %v after the kill; want 0 after 4s to 5s (TTL and delay); stderr:\n%s", r.code, took, r.stderr)
+	}
+}
+
+// A signal that ends the wait, before CMD ran, is reported once as an
+// "interrupted" event naming the signal and what was awaited; fence exits
+// 128+signal and CMD never runs. The same for --key and --keys.
+func TestRunInterruptedWhileWaiting(t *testing.T) {
+	e := newEnv(t)
+	h, _ := e.start("run", "--json", "--key", "b", "--", "sleep", "30")
+	defer h.cmd.Process.Signal(syscall.SIGTERM)
+	marker := t.TempDir() + "/ran"
+	for _, c := range []struct {
+		sig  syscall.Signal
+		args []string
+		what string
+	}{
+		{syscall.SIGINT, []string{"--key", "b"}, `"b"`},
+		{syscall.SIGTERM, []string{"--keys", "a,b"}, `["a" "b"]`},
+	} {
+		args := append([]string{"run", "--json"}, c.args...)
+		w := e.background(append(args, "--", "touch", marker)...)
+		w.expect(t, "waiting")
+		w.cmd.Process.Signal(c.sig)
+		ev := w.expect(t, "interrupted")
+		want := fmt.Sprintf("%s while waiting for %s; not running the command", sigName(c.sig), c.what)
+		if ev["signal"] != sigName(c.sig) || ev["message"] != want {
+			t.Errorf("%v: interrupted event %v; want signal %q, message %q", c.args, ev, sigName(c.sig), want)
+		}
+		if code := w.wait(t); code != 128+int(c.sig) {
+			t.Errorf("%v: exit %d after %v; want %d", c.args, code, c.sig, 128+int(c.sig))
+		}
+		if n := strings.Count(w.stderr.String(), `"interrupted"`); n != 1 {
+			t.Errorf("%v: %d interrupted events; want 1; stderr:\n%s", c.args, n, w.stderr)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("%v: the command ran after %v ended the wait", c.args, c.sig)
+		}
 	}
 }
