@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,13 +19,19 @@ var (
 // breakScript deletes the lock if the counter (the lock's token while
 // the lock exists) is ARGV[1], or whatever its token for '0', and
 // announces the release like releaseScript. The counter stays, so the
-// next token is greater. KEYS: lock, counter. ARGV: token, channel.
-// Reply: {1, value, pttl, token} if broken, else heldReply (value false
-// if free).
-var breakScript = redis.NewScript(heldReply + `
+// next token is greater. A lease that has ended and stands only for its
+// lock-delay (its until name holds a time past) is not broken: the delay
+// runs on. KEYS: lock, counter, until. ARGV: token, channel. Reply: {1,
+// value, pttl, token} if broken, {2} if the lease ended in its
+// lock-delay, else heldReply (value false if free).
+var breakScript = redis.NewScript(heldReply + nowMs + `
 local value = redis.call('GET', KEYS[1])
 if not value then
   return held()
+end
+local untilv = redis.call('GET', KEYS[3])
+if untilv and tonumber(untilv) <= now_ms() then
+  return {2}
 end
 local token = redis.call('GET', KEYS[2]) or false
 if ARGV[1] ~= '0' and token ~= ARGV[1] then
@@ -32,7 +39,7 @@ if ARGV[1] ~= '0' and token ~= ARGV[1] then
 end
 local reply = held(value)
 reply[1] = 1
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3])
 if redis.REDIS_VERSION_NUM then
   redis.call('SPUBLISH', ARGV[2], 'released')
 else
@@ -42,10 +49,16 @@ return reply
 `)
 
 // resumeScript extends the lock, with a new value (new metadata), if
-// its owner is ARGV[1] and its token (the counter) ARGV[5]. KEYS: lock,
-// counter. ARGV: owner, new lock value, ttl ms, counter ttl ms, token.
-// Reply: 1 if resumed, else heldReply (value false if free).
-var resumeScript = redis.NewScript(heldReply + `
+// its owner is ARGV[1] and its token (the counter) ARGV[5]. A lease with
+// a lock-delay keeps it: the script finds the delay as the part of the
+// record's PTTL beyond the lease's end (its until name), and writes the
+// record and the end again as acquireDelayedScript does; a lease whose
+// end has passed stands only for its delay and is not resumed. KEYS:
+// lock, counter, until. ARGV: owner, new lock value, ttl ms, counter ttl
+// ms, token. Reply: 1 if resumed, {2, delay ms} if resumed with a
+// lock-delay, 3 if the lease ended in its lock-delay, else heldReply
+// (value false if free).
+var resumeScript = redis.NewScript(heldReply + nowMs + `
 local value = redis.call('GET', KEYS[1])
 if not value then
   return held()
@@ -58,17 +71,35 @@ end
 if owner ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[5] then
   return held(value)
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-return 1
+local untilv = redis.call('GET', KEYS[3])
+if not untilv then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  return 1
+end
+local now = now_ms()
+local ends = tonumber(untilv)
+if ends <= now then
+  return 3
+end
+local delay = math.max(redis.call('PTTL', KEYS[1]) - (ends - now), 0)
+local px = tonumber(ARGV[3]) + delay
+redis.call('SET', KEYS[1], ARGV[2], 'PX', px)
+redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]) + delay)
+redis.call('SET', KEYS[3], string.format('%d', now + tonumber(ARGV[3])), 'PX', px)
+return {2, delay}
 `)
 
 // Break implements fence.Breaker in one script.
 func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
 	n := s.names(key)
-	reply, err := breakScript.Run(ctx, s.rdb, n.keys(), strconv.FormatInt(token, 10), n.channel).Slice()
+	reply, err := breakScript.Run(ctx, s.rdb, []string{n.lock, n.counter, untilName(n.lock)},
+		strconv.FormatInt(token, 10), n.channel).Slice()
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fenceredis: break %q: %w", key, err)
+	}
+	if len(reply) == 1 && reply[0] == int64(2) {
+		return fence.Holder{}, fmt.Errorf("%w: %q: its lease has ended; its lock-delay runs on", fence.ErrNotHeld, key)
 	}
 	h, held, err := parseHolder(key, reply)
 	switch {
@@ -87,18 +118,31 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, token int64) (fen
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fenceredis: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}
-	c := &claim{s: s, n: s.names(req.Key), key: req.Key, value: lockValue(req.Owner, req.Meta), token: token}
-	c.keyArr = [2]string{c.n.lock, c.n.counter}
-	c.keys = c.keyArr[:]
-	reply, err := resumeScript.Run(ctx, s.rdb, c.keys, req.Owner, c.value, ms(req.TTL), ms(req.TTL+s.retention),
-		strconv.FormatInt(token, 10)).Result()
+	req.LockDelay = 0 // the lease keeps the delay it has in the store, if any
+	c := s.newClaim(req)
+	c.token = token
+	until := untilName(c.n.lock)
+	reply, err := resumeScript.Run(ctx, s.rdb, []string{c.n.lock, c.n.counter, until}, req.Owner, c.value,
+		ms(req.TTL), ms(req.TTL+s.retention), strconv.FormatInt(token, 10)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("fenceredis: resume %q: %w", req.Key, err)
 	}
-	if ok, isInt := reply.(int64); isInt && ok == 1 {
+	vals, _ := reply.([]any)
+	switch n, _ := reply.(int64); {
+	case n == 1:
+		return c, nil
+	case n == 3:
+		return nil, fmt.Errorf("%w: %q: its lease has ended; its lock-delay runs on", fence.ErrNotHeld, req.Key)
+	case len(vals) == 2 && vals[0] == int64(2):
+		delay, ok := vals[1].(int64)
+		if !ok || delay < 0 {
+			return nil, fmt.Errorf("fenceredis: resume %q: unexpected reply %v", req.Key, reply)
+		}
+		// At least 1ms, so the claim stays on the delayed scripts, which
+		// keep the until name the store has for it.
+		c.delay, c.until = max(time.Duration(delay)*time.Millisecond, time.Millisecond), until
 		return c, nil
 	}
-	vals, _ := reply.([]any)
 	h, held, err := parseHolder(req.Key, vals)
 	switch {
 	case err != nil:

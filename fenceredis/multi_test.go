@@ -76,3 +76,42 @@ func TestLockDelayOutlivesTheLease(t *testing.T) {
 		t.Fatalf("TryAcquire in the delay: %v (%+v); want held by o for about a minute", err, held)
 	}
 }
+
+// A resumed lease keeps the lock-delay it has in the store: once it runs
+// out, the key stays blocked for the delay; resumed or not, a lease that
+// has ended is neither resumed nor broken within its delay.
+func TestResumeKeepsTheLockDelay(t *testing.T) {
+	ctx := testCtx(t)
+	s := mustOpen(t, connectSingle(testserver.Redis(t))).(*Store)
+	req := fence.Request{Key: "k", Owner: "o", TTL: time.Minute, LockDelay: time.Minute}
+	c, err := s.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := fence.Request{Key: "k", Owner: "o", TTL: 200 * time.Millisecond}
+	r, err := s.Resume(ctx, resumed, c.Token())
+	if err != nil {
+		t.Fatalf("resume of a live lease with a lock-delay: %v", err)
+	}
+	if err := r.Extend(ctx, 200*time.Millisecond); err != nil {
+		t.Fatalf("extend of the resumed lease: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := r.Release(ctx); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("release of the resumed lease after its end: %v; want ErrNotHeld", err)
+	}
+	_, err = s.TryAcquire(ctx, fence.Request{Key: "k", Owner: "p", TTL: time.Second})
+	var held *fence.HeldError
+	if !errors.As(err, &held) || held.Holder.Owner != "o" || held.Holder.ExpiresIn < 50*time.Second {
+		t.Fatalf("TryAcquire after the resumed lease ran out: %v (%+v); want held by o for about its minute of delay", err, held)
+	}
+	if _, err := s.Resume(ctx, resumed, c.Token()); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("resume within the delay: %v; want ErrNotHeld", err)
+	}
+	if _, err := s.Break(ctx, "k", c.Token()); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("break within the delay: %v; want ErrNotHeld", err)
+	}
+	if _, err := s.Break(ctx, "k", 0); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("break of any holder within the delay: %v; want ErrNotHeld", err)
+	}
+}

@@ -213,6 +213,22 @@ func (s *suite) lockDelay(t *testing.T) {
 		t.Fatal("lease not lost")
 	}
 	time.Sleep(time.Until(noticed.Add(delay / 2)))
+	// The lease has ended (delay/2 past its end in the store, well
+	// beyond any drift): neither a resume nor a break of it may revive
+	// it or lift the delay.
+	if _, ok := a.Driver().(fence.Resumer); ok {
+		if r, err := b.TryAcquire(ctx, key, fence.WithResume(l.Owner(), l.Token())); !errors.Is(err, fence.ErrNotHeld) {
+			if err == nil {
+				r.Release(ctx)
+			}
+			t.Errorf("resume of a lease that ended uncleanly, within its lock-delay: %v; want ErrNotHeld", err)
+		}
+	}
+	if _, ok := a.Driver().(fence.Breaker); ok {
+		if _, err := b.Break(ctx, key, l.Token()); !errors.Is(err, fence.ErrNotHeld) {
+			t.Errorf("break of a lease that ended uncleanly, within its lock-delay: %v; want ErrNotHeld", err)
+		}
+	}
 	expectHeld(t, ctx, b, key, fmt.Sprintf("free within its lock-delay (%v after its lease ended uncleanly; delay %v)", time.Since(noticed), delay))
 	got, err := b.Acquire(ctx, key, fence.WithWait(delay+s.slack()))
 	if err != nil {
