@@ -44,18 +44,22 @@ func TestLockDelayLostHolderCannotFreeKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after a release under a delay: %v; want the key free", err)
 	}
+	// until is no earlier than the key is free, on the real clock, while
+	// clk is not stepped again.
+	until := time.Now().Add(ttl + delay)
 	clk.step(ttl + time.Minute) // expired a minute ago; nine minutes of delay left
 	const left = delay - time.Minute
-	until := time.Now().Add(left) // when the key is free, on the real clock, while clk is not stepped
+	until = until.Add(-(ttl + time.Minute))
 
 	blocked := func(when string) {
 		t.Helper()
+		before := time.Now()
 		_, err := s.TryAcquire(ctx, req("k", "b", ttl))
 		var held *fence.HeldError
 		if !errors.As(err, &held) || held.Holder == nil || held.Holder.Owner != "a" || held.Holder.Token != a.Token() {
 			t.Fatalf("%s: TryAcquire: %v; want held by a (token %d) in its lock-delay", when, err, a.Token())
 		}
-		if d, want := held.Holder.ExpiresIn, time.Until(until); d > want+time.Millisecond || d < want-time.Second {
+		if d, want := held.Holder.ExpiresIn, until.Sub(before); d > want+time.Millisecond || d < want-time.Second {
 			t.Errorf("%s: held, free in %v; want the delay left, %v", when, d, want)
 		}
 	}
