@@ -205,3 +205,29 @@ func TestLockDelayOldSchema(t *testing.T) {
 		t.Errorf("through a second Store: %v; want held", err)
 	}
 }
+
+// The Client's AcquireAll takes the keys one by one here (the Store has
+// no TryAcquireAll): each key keeps the set's lock-delay.
+func TestLockDelayAcquireAll(t *testing.T) {
+	ctx := context.Background()
+	var clk clock
+	s := open(t, filepath.Join(t.TempDir(), "fence.db"), fencesqlite.WithClock(clk.now))
+	set, err := fence.New(s).AcquireAll(ctx, []string{"x", "y"}, fence.WithTTL(time.Minute), fence.WithLockDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.step(2 * time.Minute) // expired in the store; the Client's validity runs on its own clock
+	for _, key := range []string{"x", "y"} {
+		if _, err := s.TryAcquire(ctx, req(key, "b", time.Minute)); !errors.Is(err, fence.ErrHeld) {
+			t.Errorf("%s after the set's leases expired: %v; want held (the delay runs)", key, err)
+		}
+	}
+	if err := set.Release(ctx); err == nil {
+		t.Error("the set's Release after its leases expired in the store: nil; want an error")
+	}
+	for _, key := range []string{"x", "y"} {
+		if _, err := s.TryAcquire(ctx, req(key, "b", time.Minute)); !errors.Is(err, fence.ErrHeld) {
+			t.Errorf("%s after the lost set's Release: %v; want held (the delay runs)", key, err)
+		}
+	}
+}
