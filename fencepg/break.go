@@ -20,7 +20,9 @@ var (
 // Break implements fence.Breaker in lease mode, in one transaction: it
 // locks key's row (SELECT ... FOR UPDATE), and clears its owner if the
 // lease is live and its token is token (any, for 0), keeping the token
-// and announcing the release to waiters as a release does. Session mode
+// and announcing the release to waiters as a release does. A lease in
+// its lock-delay has ended: Break finds nothing to break (ErrNotHeld),
+// and the delay runs on. Session mode
 // has no Break: its lock belongs to the holder's connection, which only
 // pg_terminate_backend could end, and that cannot compare a token.
 func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
@@ -29,23 +31,29 @@ func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.
 	}
 	L := d.ts.locks.quoted
 	var h fence.Holder
-	live := false
+	live, delayed := false, false
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		var (
 			owner  *string
 			meta   []byte
-			leftUS int64
+			left   int64
+			liveUS int64
 		)
-		err := tx.QueryRow(ctx, `SELECT owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
-			FROM `+L+` WHERE key = $1 FOR UPDATE`, key).Scan(&owner, &h.Token, &meta, &leftUS)
+		err := tx.QueryRow(ctx, `SELECT owner, token, meta, `+leftUS+`,
+			ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
+			FROM `+L+` WHERE key = $1 FOR UPDATE`, key).Scan(&owner, &h.Token, &meta, &left, &liveUS)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
-		if err != nil || owner == nil || leftUS <= 0 {
+		if err != nil || owner == nil || left <= 0 {
 			return err
 		}
+		h.Key, h.Owner, h.ExpiresIn = key, *owner, time.Duration(left)*time.Microsecond
+		if liveUS <= 0 {
+			delayed = true
+			return nil
+		}
 		live = true
-		h.Key, h.Owner, h.ExpiresIn = key, *owner, time.Duration(leftUS)*time.Microsecond
 		if len(meta) > 0 {
 			_ = json.Unmarshal(meta, &h.Meta) // metadata is informational
 		}
@@ -59,6 +67,9 @@ func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.
 	switch {
 	case err != nil:
 		return fence.Holder{}, fmt.Errorf("fencepg: break %q: %w", key, err)
+	case delayed:
+		return fence.Holder{}, fmt.Errorf("%w: %q: the lease of %s expired; its lock-delay runs for %v",
+			fence.ErrNotHeld, key, h.Owner, h.ExpiresIn)
 	case !live:
 		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 	case token != 0 && h.Token != token:
@@ -69,7 +80,8 @@ func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.
 
 // Resume implements fence.Resumer in lease mode: one UPDATE that extends
 // key's row only if its owner and token are req.Owner and token and it
-// has not expired.
+// has not expired. The row keeps the lock-delay it was acquired with; a
+// lease in its lock-delay has ended (ErrNotHeld), and the delay runs on.
 func (d *LeaseStore) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
@@ -93,6 +105,11 @@ func (d *LeaseStore) Resume(ctx context.Context, req fence.Request, token int64)
 		return nil, fmt.Errorf("fencepg: resume %q: %w", req.Key, err)
 	case len(hs) == 0:
 		return nil, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, req.Key)
+	case hs[0].Owner == req.Owner && hs[0].Token == token:
+		// Its own lease, not live (the UPDATE found it so), still blocking:
+		// in its lock-delay.
+		return nil, fmt.Errorf("%w: %q: the lease of %s expired; its lock-delay runs for %v",
+			fence.ErrNotHeld, req.Key, req.Owner, hs[0].ExpiresIn)
 	}
 	return nil, &fence.HeldError{Key: req.Key, Holder: &hs[0]}
 }

@@ -10,7 +10,7 @@
 //
 //	INSERT ... ON CONFLICT (key) DO UPDATE
 //	    SET token = greatest(token + 1, <server clock in µs>), ...
-//	    WHERE owner IS NULL OR expires_at <= clock_timestamp()
+//	    WHERE owner IS NULL OR expires_at + lock_delay <= clock_timestamp()
 //
 // Only the database's clock judges expiry. Renewal and release compare the
 // owner. Releasing keeps the row and its token, so tokens never go back;
@@ -21,6 +21,15 @@
 // driver, shared by all its waiters); waiters also wake at the holder's
 // reported expiry. The lock is ordinary data: it survives reconnects,
 // restarts and a failover to a synchronous replica.
+//
+// Lease mode keeps a lock-delay (fence.WithLockDelay, fence.LockDelayer)
+// for locks in the lease's row, lock_delay: the row blocks the key until
+// its expiry plus the delay, by the server's clock, in the acquire
+// statement itself (and in each statement of TryAcquireAll). Renewal,
+// release and Resume of a lease whose expiry has passed are refused, so
+// its holder can neither revive it nor lift the delay; Inspect, List and
+// the refused try show it until the key is free, and waiters wake then.
+// Session and transaction modes refuse the option.
 //
 // Session mode (NewSessionStore) holds a session advisory lock,
 // pg_advisory_lock(AdvisoryID(key)), on a connection dedicated to the
@@ -48,8 +57,9 @@
 //
 // # Schema
 //
-// Setup creates the tables (idempotently); WithAutoSetup makes a driver do
-// it on first use. WithTables renames them; names are validated and
+// Setup creates the tables (idempotently), and adds lock_delay to a lock
+// table made by an earlier version; WithAutoSetup makes a driver do it on
+// first use. WithTables renames them; names are validated and
 // quoted. Keys map to advisory ids by AdvisoryID (the first 8 bytes of the
 // key's SHA-256); each key is stored beside its id, so a collision is
 // refused with ErrKeyCollision instead of silently sharing a lock.

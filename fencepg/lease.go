@@ -78,14 +78,23 @@ func NewLeaseStore(pool *pgxpool.Pool, opts ...Option) (*LeaseStore, error) {
 	// refused try but cost every acquisition the setup of the extra plan
 	// nodes in the server (docs/performance.md); the uncontended acquire
 	// is the one to make fast.
-	d.qAcquire = `INSERT INTO ` + L + ` AS l (key, token, owner, expires_at, meta, acquired_at)
-		VALUES ($1, ` + clockToken + `, $2, clock_timestamp() + $3::bigint * interval '1 microsecond', $4, clock_timestamp())
+	//
+	// A lease is live until expires_at; its row blocks the key until
+	// expires_at + lock_delay, its lock-delay ($5, 0 for none). In between,
+	// the lease has ended without a release: acquisition is refused to
+	// everyone, the holder reads show it with the time until the key is
+	// free (what waiters wake at: nothing is notified when a delay ends),
+	// and its own extend and release are refused, so that they can
+	// neither revive it nor lift the delay.
+	d.qAcquire = `INSERT INTO ` + L + ` AS l (key, token, owner, expires_at, meta, acquired_at, lock_delay)
+		VALUES ($1, ` + clockToken + `, $2, clock_timestamp() + $3::bigint * interval '1 microsecond', $4, clock_timestamp(),
+			$5::bigint * interval '1 microsecond')
 		ON CONFLICT (key) DO UPDATE
 			SET token = ` + nextToken("l.token") + `, owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
-				meta = EXCLUDED.meta, acquired_at = EXCLUDED.acquired_at
-			WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp()
+				meta = EXCLUDED.meta, acquired_at = EXCLUDED.acquired_at, lock_delay = EXCLUDED.lock_delay
+			WHERE l.owner IS NULL OR l.expires_at + l.lock_delay <= clock_timestamp()
 		RETURNING l.token`
-	d.qHolder = `SELECT owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
+	d.qHolder = `SELECT owner, token, meta, ` + leftUS + `
 		FROM ` + L + ` WHERE key = $1 AND owner IS NOT NULL`
 
 	d.qExtend = `UPDATE ` + L + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
@@ -98,16 +107,24 @@ func NewLeaseStore(pool *pgxpool.Pool, opts ...Option) (*LeaseStore, error) {
 	// The channel is the table's name: letters, digits, underscores and a
 	// dot (see parseTable), so it needs no escaping as a literal.
 	d.qRelease = `UPDATE ` + L + ` SET owner = NULL, meta = NULL
-		WHERE key = $1 AND owner = $2
+		WHERE key = $1 AND owner = $2 AND (expires_at > clock_timestamp() OR expires_at + lock_delay <= clock_timestamp())
 		RETURNING expires_at > clock_timestamp(), pg_notify('` + ts.locks.name + `', $3)::text`
 
-	d.qInspect = `SELECT key, owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
-		FROM ` + L + ` WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()`
-	d.qList = `SELECT key, owner, token, meta, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
-		FROM ` + L + ` WHERE starts_with(key, $1) AND owner IS NOT NULL AND expires_at > clock_timestamp()`
+	d.qInspect = `SELECT key, owner, token, meta, ` + leftUS + `
+		FROM ` + L + ` WHERE key = $1 AND owner IS NOT NULL AND expires_at + lock_delay > clock_timestamp()`
+	d.qList = `SELECT key, owner, token, meta, ` + leftUS + `
+		FROM ` + L + ` WHERE starts_with(key, $1) AND owner IS NOT NULL AND expires_at + lock_delay > clock_timestamp()`
 	d.semaphoreQueries()
 	return d, nil
 }
+
+// leftUS is the time, in µs by the server's clock, until a lock row no
+// longer blocks its key: its expiry plus its lock-delay.
+const leftUS = `ceil(extract(epoch FROM expires_at + lock_delay - clock_timestamp()) * 1e6)::bigint`
+
+// SupportsLockDelay implements fence.LockDelayer: lease mode keeps the
+// lock-delay of locks, in the lease's row (not of semaphores).
+func (d *LeaseStore) SupportsLockDelay(k fence.Kind) bool { return k == fence.KindLock }
 
 // Setup creates the tables (see the package function Setup).
 func (d *LeaseStore) Setup(ctx context.Context) error { return d.ts.setup(ctx, d.pool) }
@@ -154,6 +171,9 @@ func (d *LeaseStore) TryAcquire(ctx context.Context, req fence.Request) (fence.C
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
+	if req.LockDelay < 0 || (req.LockDelay > 0 && req.Kind != fence.KindLock) {
+		return nil, fmt.Errorf("fencepg: acquire %q: %w: lock-delay %v on a %s", req.Key, fence.ErrUnsupported, req.LockDelay, req.Kind)
+	}
 	switch req.Kind {
 	case fence.KindLock:
 	case fence.KindSemaphore:
@@ -162,7 +182,8 @@ func (d *LeaseStore) TryAcquire(ctx context.Context, req fence.Request) (fence.C
 		return nil, fmt.Errorf("fencepg: acquire %q: %w: %s in lease mode", req.Key, fence.ErrUnsupported, req.Kind)
 	}
 	c := &leaseClaim{d: d, key: req.Key, owner: req.Owner}
-	err := d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta)).Scan(&c.token)
+	err := d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta),
+		micros(req.LockDelay)).Scan(&c.token)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, d.heldError(ctx, req.Key)
@@ -190,7 +211,9 @@ func (d *LeaseStore) heldError(ctx context.Context, key string) error {
 		// same when the try ran.
 		return &fence.HeldError{Key: key}
 	}
-	h := fence.Holder{Key: key, Token: token, Owner: owner, ExpiresIn: time.Duration(max(leftUS, 0)) * time.Microsecond}
+	// A holder whose time ran out since the try gets the least ExpiresIn,
+	// not 0 (unknown): the waiter then tries again at once.
+	h := fence.Holder{Key: key, Token: token, Owner: owner, ExpiresIn: time.Duration(max(leftUS, 1)) * time.Microsecond}
 	if len(meta) > 0 {
 		_ = json.Unmarshal(meta, &h.Meta) // metadata is informational
 	}
@@ -222,7 +245,8 @@ func (c *leaseClaim) Release(ctx context.Context) error {
 	err := c.d.pool.QueryRow(ctx, c.d.qRelease, c.key, c.owner, notifyPayload(c.key)).Scan(&live, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %q no longer held by %s", fence.ErrNotHeld, c.key, c.owner)
+		return fmt.Errorf("%w: %q no longer held by %s (taken over, or expired with its lock-delay running)",
+			fence.ErrNotHeld, c.key, c.owner)
 	case err != nil:
 		return fmt.Errorf("fencepg: release %q: %w", c.key, err)
 	case !live:

@@ -16,14 +16,15 @@ var _ fence.MultiAcquirer = (*LeaseStore)(nil)
 // acquire statement of each key, in the order given (sorted, so that two
 // such transactions lock rows in the same order and never deadlock),
 // sent as one batch; committed only if every key was granted, rolled back
-// otherwise, so that nothing changes, tokens included.
+// otherwise, so that nothing changes, tokens included. Each key's
+// statement keeps its own request's lock-delay, as TryAcquire does.
 func (d *LeaseStore) TryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fence.Claim, error) {
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
 	for _, req := range reqs {
-		if req.Kind != fence.KindLock {
-			return nil, fmt.Errorf("fencepg: acquire all: %w: %s", fence.ErrUnsupported, req.Kind)
+		if req.Kind != fence.KindLock || req.LockDelay < 0 {
+			return nil, fmt.Errorf("fencepg: acquire all: %w: %s, lock-delay %v", fence.ErrUnsupported, req.Kind, req.LockDelay)
 		}
 	}
 	tx, err := d.pool.Begin(ctx)
@@ -33,7 +34,7 @@ func (d *LeaseStore) TryAcquireAll(ctx context.Context, reqs []fence.Request) ([
 	defer tx.Rollback(context.WithoutCancel(ctx)) // after Commit, a no-op
 	b := &pgx.Batch{}
 	for _, req := range reqs {
-		b.Queue(d.qAcquire, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta))
+		b.Queue(d.qAcquire, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta), micros(req.LockDelay))
 	}
 	br := tx.SendBatch(ctx, b)
 	claims := make([]fence.Claim, 0, len(reqs))

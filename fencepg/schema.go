@@ -172,7 +172,8 @@ func collect(opts []Option, call string, reads ...string) (options, tables, erro
 	return o, ts, err
 }
 
-// Setup creates fencepg's tables if they do not exist: the lease mode lock
+// Setup creates fencepg's tables if they do not exist (and adds to a lock
+// table made by an earlier version the lock_delay column it lacks): the lease mode lock
 // table, the counter table of session and transaction modes, the guard
 // table and the table of semaphores and reader-writer locks. It is idempotent and safe to run concurrently from several
 // processes (it holds an advisory transaction lock while it runs); run it
@@ -200,13 +201,16 @@ func (ts tables) setup(ctx context.Context, pool *pgxpool.Pool) error {
 	// to drop it): it costs time, never correctness.
 	stmts := []string{
 		`SELECT pg_advisory_xact_lock(` + fmt.Sprint(setupLock) + `)`,
+		// lock_delay is the lease's lock-delay: the row blocks the key
+		// until expires_at + lock_delay.
 		`CREATE TABLE IF NOT EXISTS ` + ts.locks.quoted + ` (
 			key        text PRIMARY KEY,
 			token      bigint NOT NULL,
 			owner      text,
 			expires_at timestamptz,
 			meta       jsonb,
-			acquired_at timestamptz
+			acquired_at timestamptz,
+			lock_delay interval NOT NULL DEFAULT interval '0'
 		)`,
 		`CREATE TABLE IF NOT EXISTS ` + ts.tokens.quoted + ` (
 			key        text PRIMARY KEY,
@@ -245,12 +249,29 @@ func (ts tables) setup(ctx context.Context, pool *pgxpool.Pool) error {
 				return err
 			}
 		}
-		return nil
+		return ts.migrate(ctx, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("fencepg: setup: %w", err)
 	}
 	return nil
+}
+
+// migrate adds lock_delay to a lock table made by a version without
+// lock-delays; its rows get no delay. It looks first, so that a table
+// that has the column is only read: ALTER TABLE would take an ACCESS
+// EXCLUSIVE lock on the table even when it changes nothing, and queue
+// every lease operation behind any long transaction that reads it.
+// Concurrent setups are serialized by setupLock.
+func (ts tables) migrate(ctx context.Context, tx pgx.Tx) error {
+	var has bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attname = 'lock_delay' AND NOT attisdropped)`, ts.locks.quoted).Scan(&has)
+	if err != nil || has {
+		return err
+	}
+	_, err = tx.Exec(ctx, `ALTER TABLE `+ts.locks.quoted+` ADD COLUMN lock_delay interval NOT NULL DEFAULT interval '0'`)
+	return err
 }
 
 // AdvisoryID returns the 64-bit advisory lock id that session and

@@ -25,38 +25,42 @@ const (
 )
 
 // Break implements fence.Breaker in one write transaction: it reads
-// key's holder and clears it if its token is token (any, for 0), keeping
-// the token in the row.
+// key's holder and clears it if its lease is live and its token is token
+// (any, for 0), keeping the token in the row. A lease in its lock-delay
+// has ended: Break finds nothing to break, and the delay runs on.
 func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
-	var holder *fence.Holder
-	broken := false
+	var (
+		h            *fence.Holder
+		live, broken bool
+	)
 	err := s.write(ctx, func(tx *sql.Tx, now int64) error {
-		hs, err := scanHolders(tx.QueryContext(ctx, qHolder, key, now))
-		if err != nil || len(hs) == 0 {
+		var err error
+		h, live, err = holder(ctx, tx, key, now)
+		if err != nil || !live || (token != 0 && h.Token != token) {
 			return err
 		}
-		holder = &hs[0]
-		holder.Key = key
-		if token != 0 && holder.Token != token {
-			return nil
-		}
 		broken = true
-		_, err = tx.ExecContext(ctx, qBreak, key, holder.Token)
+		_, err = tx.ExecContext(ctx, qBreak, key, h.Token)
 		return err
 	})
 	switch {
 	case err != nil:
 		return fence.Holder{}, fmt.Errorf("fencesqlite: break %q: %w", key, err)
 	case broken:
-		return *holder, nil
-	case holder != nil:
-		return fence.Holder{}, &fence.HeldError{Key: key, Holder: holder}
+		return *h, nil
+	case h != nil && live:
+		return fence.Holder{}, &fence.HeldError{Key: key, Holder: h}
+	case h != nil:
+		return fence.Holder{}, fmt.Errorf("%w: %q: the lease of %s expired; its lock-delay runs for %v",
+			fence.ErrNotHeld, key, h.Owner, h.ExpiresIn)
 	}
 	return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 }
 
 // Resume implements fence.Resumer in one transaction: it extends key's
-// row if its owner and token are req.Owner and token.
+// row if its owner and token are req.Owner and token and its lease is
+// live. The row keeps the lock-delay it was acquired with. A lease in
+// its lock-delay has ended: ErrNotHeld, and the delay runs on.
 func (s *Store) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fencesqlite: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
@@ -65,7 +69,10 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, token int64) (fen
 	if len(req.Meta) > 0 {
 		meta = metajson.Encode(req.Meta)
 	}
-	var holder *fence.Holder
+	var (
+		h    *fence.Holder
+		live bool
+	)
 	err := s.write(ctx, func(tx *sql.Tx, now int64) error {
 		res, err := tx.ExecContext(ctx, qResume, req.Key, req.Owner, now, now+micros(req.TTL), meta, token)
 		if err != nil {
@@ -74,19 +81,18 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, token int64) (fen
 		if n, err := res.RowsAffected(); err != nil || n == 1 {
 			return err
 		}
-		hs, err := scanHolders(tx.QueryContext(ctx, qHolder, req.Key, now))
-		if err == nil && len(hs) == 1 {
-			hs[0].Key = req.Key
-			holder = &hs[0]
-		}
-		if err == nil {
+		if h, live, err = holder(ctx, tx, req.Key, now); err == nil {
 			err = errHeld
 		}
 		return err
 	})
+	ended := h != nil && !live && h.Owner == req.Owner && h.Token == token
 	switch {
-	case errors.Is(err, errHeld) && holder != nil:
-		return nil, &fence.HeldError{Key: req.Key, Holder: holder}
+	case errors.Is(err, errHeld) && ended:
+		return nil, fmt.Errorf("%w: %q: the lease of %s expired; its lock-delay runs for %v",
+			fence.ErrNotHeld, req.Key, req.Owner, h.ExpiresIn)
+	case errors.Is(err, errHeld) && h != nil:
+		return nil, &fence.HeldError{Key: req.Key, Holder: h}
 	case errors.Is(err, errHeld):
 		return nil, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, req.Key)
 	case err != nil:

@@ -11,13 +11,22 @@
 // expired one, bumping its token, in one statement
 //
 //	INSERT ... ON CONFLICT (key) DO UPDATE
-//	    SET token = max(token + 1, <now in µs>), owner = ..., expires_us = ...
-//	    WHERE owner IS NULL OR expires_us <= <now in µs>
+//	    SET token = max(token + 1, <now in µs>), owner = ..., expires_us = ...,
+//	        delay_us = ...
+//	    WHERE owner IS NULL OR expires_us + delay_us <= <now in µs>
 //	RETURNING token
 //
 // and, if the key is held, reads the holder in the same transaction.
 // Renewal and release compare the owner. Releasing clears the owner and
 // keeps the row and its token.
+//
+// The Store keeps a lock-delay (fence.WithLockDelay, fence.LockDelayer)
+// in the lease's row, delay_us: the row blocks the key until its expiry
+// plus the delay, by the same clock as the expiry, in the acquire
+// statement itself. Renewal, release and Resume of a lease whose expiry
+// has passed are refused, so its holder can neither revive it nor lift
+// the delay; Inspect and List show it until the key is free. Open adds
+// the column to a table made by an earlier version.
 //
 // The database is opened in WAL mode (readers never block the writer and
 // the writer never blocks readers) with a busy timeout (WithBusyTimeout,

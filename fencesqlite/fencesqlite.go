@@ -63,13 +63,15 @@ type Store struct {
 }
 
 var (
-	_ fence.Driver    = (*Store)(nil)
-	_ fence.Inspector = (*Store)(nil)
-	_ fence.Lister    = (*Store)(nil)
+	_ fence.Driver      = (*Store)(nil)
+	_ fence.Inspector   = (*Store)(nil)
+	_ fence.Lister      = (*Store)(nil)
+	_ fence.LockDelayer = (*Store)(nil)
 )
 
 // Open opens (creating it if needed) the SQLite database at path, in WAL
-// mode, and creates the lock table if it does not exist. The directory
+// mode, and creates the lock table if it does not exist (or adds to one
+// made by an earlier version the column it lacks). The directory
 // must exist. Open refuses a database on a network file system (see
 // ErrNetworkFS). Close the Store when done.
 func Open(path string, opts ...Option) (*Store, error) {
@@ -155,14 +157,16 @@ func (s *Store) setup(ctx context.Context, busy time.Duration) error {
 
 func (s *Store) setupOnce(ctx context.Context) error {
 	// A key's row is kept after release (owner NULL) so that its token
-	// never goes back.
+	// never goes back. delay_us is the lease's lock-delay: the row blocks
+	// the key until expires_us + delay_us.
 	_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+Table+` (
 		key         TEXT PRIMARY KEY,
 		token       INTEGER NOT NULL,
 		owner       TEXT,
 		expires_us  INTEGER,
 		meta        TEXT,
-		acquired_us INTEGER
+		acquired_us INTEGER,
+		delay_us    INTEGER NOT NULL DEFAULT 0
 	)`)
 	if err != nil {
 		return fmt.Errorf("fencesqlite: setup %s: %w", s.path, err)
@@ -174,7 +178,37 @@ func (s *Store) setupOnce(ctx context.Context) error {
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("fencesqlite: %s: journal mode %q, not WAL: %w", s.path, mode, errNotWAL)
 	}
+	if err := s.migrate(ctx); err != nil {
+		return fmt.Errorf("fencesqlite: setup %s: %w", s.path, err)
+	}
 	return nil
+}
+
+// migrate adds delay_us to a lock table made by a version without
+// lock-delays. Its rows get 0, no delay. The check and the change are one
+// write transaction, so that processes opening the file at once add the
+// column once; a table that has it is only read.
+func (s *Store) migrate(ctx context.Context) error {
+	has := func(q queryer) (bool, error) {
+		var n int
+		err := q.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('`+Table+`') WHERE name = 'delay_us'`).Scan(&n)
+		return n > 0, err
+	}
+	if ok, err := has(s.db); err != nil || ok {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if ok, err := has(tx); err != nil || ok {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE `+Table+` ADD COLUMN delay_us INTEGER NOT NULL DEFAULT 0`); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // errNotWAL: the database is not in WAL mode yet, as when another process
@@ -196,26 +230,39 @@ func isBusy(err error) bool {
 
 // The statements. ?1 is the key, ?2 the owner, ?3 the time the
 // transaction judges by (µs since 1970), ?4 the new expiry, ?5 the
-// metadata. The time is read after BEGIN IMMEDIATE returned, with the
-// write lock held, so a wait for the lock never makes it stale.
+// metadata, ?6 the lease's lock-delay (µs). The time is read after BEGIN
+// IMMEDIATE returned, with the write lock held, so a wait for the lock
+// never makes it stale.
+//
+// A lease is live until expires_us; its row blocks the key until
+// expires_us + delay_us. In between, the lease has ended without a
+// release and its lock-delay runs: acquisition is refused to everyone,
+// the holder reads (qHolder, qList) still show it, with the time until
+// the key is free, and its own extend and release are refused (the
+// release's last condition), so that they can neither revive it nor
+// lift the delay.
 const (
-	qAcquire = `INSERT INTO ` + Table + ` AS l (key, token, owner, expires_us, meta, acquired_us)
-		VALUES (?1, ?3, ?2, ?4, ?5, ?3)
+	qAcquire = `INSERT INTO ` + Table + ` AS l (key, token, owner, expires_us, meta, acquired_us, delay_us)
+		VALUES (?1, ?3, ?2, ?4, ?5, ?3, ?6)
 		ON CONFLICT (key) DO UPDATE
 			SET token = max(l.token + 1, ?3), owner = excluded.owner, expires_us = excluded.expires_us,
-				meta = excluded.meta, acquired_us = excluded.acquired_us
-			WHERE l.owner IS NULL OR l.expires_us <= ?3
+				meta = excluded.meta, acquired_us = excluded.acquired_us, delay_us = excluded.delay_us
+			WHERE l.owner IS NULL OR l.expires_us + l.delay_us <= ?3
 		RETURNING token`
-	qHolder = `SELECT owner, token, meta, expires_us - ?2 FROM ` + Table + `
-		WHERE key = ?1 AND owner IS NOT NULL AND expires_us > ?2`
+	qHolder = `SELECT owner, token, meta, expires_us + delay_us - ?2, expires_us > ?2 FROM ` + Table + `
+		WHERE key = ?1 AND owner IS NOT NULL AND expires_us + delay_us > ?2`
 	qExtend = `UPDATE ` + Table + ` SET expires_us = ?4
 		WHERE key = ?1 AND owner = ?2 AND expires_us > ?3`
 	qRelease = `UPDATE ` + Table + ` SET owner = NULL, meta = NULL
-		WHERE key = ?1 AND owner = ?2
+		WHERE key = ?1 AND owner = ?2 AND (expires_us > ?3 OR expires_us + delay_us <= ?3)
 		RETURNING expires_us > ?3`
-	qList = `SELECT key, owner, token, meta, expires_us - ?2 FROM ` + Table + `
-		WHERE key >= ?1 AND owner IS NOT NULL AND expires_us > ?2 ORDER BY key`
+	qList = `SELECT key, owner, token, meta, expires_us + delay_us - ?2 FROM ` + Table + `
+		WHERE key >= ?1 AND owner IS NOT NULL AND expires_us + delay_us > ?2 ORDER BY key`
 )
+
+// SupportsLockDelay implements fence.LockDelayer: the Store keeps the
+// lock-delay of locks, in the lease's row.
+func (s *Store) SupportsLockDelay(k fence.Kind) bool { return k == fence.KindLock }
 
 func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
@@ -242,29 +289,29 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fencesqlite: acquire %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}
+	if req.LockDelay < 0 {
+		return nil, fmt.Errorf("%w: fencesqlite: acquire %q: lock-delay %v is negative", fence.ErrInvalidOption, req.Key, req.LockDelay)
+	}
 	var meta any
 	if len(req.Meta) > 0 {
 		meta = metajson.Encode(req.Meta)
 	}
 	c := &claim{s: s, key: req.Key, owner: req.Owner}
-	var holder *fence.Holder
+	var h *fence.Holder
 	err := s.write(ctx, func(tx *sql.Tx, now int64) error {
-		err := tx.QueryRowContext(ctx, qAcquire, req.Key, req.Owner, now, now+micros(req.TTL), meta).Scan(&c.token)
+		err := tx.QueryRowContext(ctx, qAcquire, req.Key, req.Owner, now, now+micros(req.TTL), meta,
+			micros(req.LockDelay)).Scan(&c.token)
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		if !req.SkipHolder {
-			hs, err := scanHolders(tx.QueryContext(ctx, qHolder, req.Key, now))
-			if err == nil && len(hs) == 1 {
-				hs[0].Key = req.Key
-				holder = &hs[0]
-			}
+			h, _, _ = holder(ctx, tx, req.Key, now) // informational: held all the same
 		}
 		return errHeld
 	})
 	switch {
 	case errors.Is(err, errHeld):
-		return nil, &fence.HeldError{Key: req.Key, Holder: holder}
+		return nil, &fence.HeldError{Key: req.Key, Holder: h}
 	case err != nil:
 		return nil, fmt.Errorf("fencesqlite: acquire %q: %w", req.Key, err)
 	}
@@ -314,24 +361,25 @@ func (c *claim) Release(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("fencesqlite: release %q: %w", c.key, err)
 	case !found:
-		return fmt.Errorf("%w: %q no longer held by %s", fence.ErrNotHeld, c.key, c.owner)
+		return fmt.Errorf("%w: %q no longer held by %s (taken over, or expired with its lock-delay running)",
+			fence.ErrNotHeld, c.key, c.owner)
 	case !live.Bool:
 		return fmt.Errorf("%w: %q: lease of %s had expired", fence.ErrNotHeld, c.key, c.owner)
 	}
 	return nil
 }
 
-// Inspect implements fence.Inspector.
+// Inspect implements fence.Inspector. A lease in its lock-delay is
+// shown, its ExpiresIn the time until the key is free.
 func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
-	hs, err := scanHolders(s.db.QueryContext(ctx, qHolder, key, s.now().UnixMicro()))
+	h, _, err := holder(ctx, s.db, key, s.now().UnixMicro())
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fencesqlite: inspect %q: %w", key, err)
 	}
-	if len(hs) == 0 {
+	if h == nil {
 		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 	}
-	hs[0].Key = key
-	return hs[0], nil
+	return *h, nil
 }
 
 // List implements fence.Lister.
@@ -346,7 +394,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 	// Go's strings do: the keys with the prefix come first from key >=
 	// prefix, in order.
 	for rows.Next() {
-		h, err := scanHolder(rows, true)
+		h, err := scanHolder(rows)
 		if err != nil {
 			return nil, fmt.Errorf("fencesqlite: list %q: %w", prefix, err)
 		}
@@ -361,38 +409,48 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 	return hs, nil
 }
 
-func scanHolders(rows *sql.Rows, err error) ([]fence.Holder, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var hs []fence.Holder
-	for rows.Next() {
-		h, err := scanHolder(rows, false)
-		if err != nil {
-			return nil, err
-		}
-		hs = append(hs, h)
-	}
-	return hs, rows.Err()
+// queryer is a *sql.DB or a *sql.Tx.
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func scanHolder(rows *sql.Rows, withKey bool) (fence.Holder, error) {
+// holder reads what keeps key from being acquired at now: a live lease
+// (live is true) or one in its lock-delay; nil if nothing does.
+func holder(ctx context.Context, q queryer, key string, now int64) (h *fence.Holder, live bool, err error) {
+	var (
+		hh     = fence.Holder{Key: key}
+		meta   sql.NullString
+		leftUS int64
+	)
+	err = q.QueryRowContext(ctx, qHolder, key, now).Scan(&hh.Owner, &hh.Token, &meta, &leftUS, &live)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	fill(&hh, meta, leftUS)
+	return &hh, live, nil
+}
+
+func scanHolder(rows *sql.Rows) (fence.Holder, error) {
 	var (
 		h      fence.Holder
 		meta   sql.NullString
 		leftUS int64
 	)
-	dest := []any{&h.Owner, &h.Token, &meta, &leftUS}
-	if withKey {
-		dest = append([]any{&h.Key}, dest...)
-	}
-	if err := rows.Scan(dest...); err != nil {
+	if err := rows.Scan(&h.Key, &h.Owner, &h.Token, &meta, &leftUS); err != nil {
 		return h, err
 	}
+	fill(&h, meta, leftUS)
+	return h, nil
+}
+
+// fill sets h's ExpiresIn from the µs left until the key is free, and
+// its metadata.
+func fill(h *fence.Holder, meta sql.NullString, leftUS int64) {
 	h.ExpiresIn = time.Duration(max(leftUS, 1)) * time.Microsecond
 	if meta.Valid && meta.String != "" {
 		_ = json.Unmarshal([]byte(meta.String), &h.Meta) // metadata is informational
 	}
-	return h, nil
 }
