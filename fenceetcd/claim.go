@@ -126,14 +126,36 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 // number no other live claim of the session has), so the name can only be
 // this acquisition's entry or nothing. A Delete that deletes nothing means
 // the entry was already gone: the lease had been lost.
+//
+// A resumed claim (slot < 0; see Store.Resume) has a name that the dead
+// process's session gave it, which this session does not own: its
+// Release compares the create revision.
 func (c *claim) Release(ctx context.Context) error {
 	defer c.stopWatch()
+	if c.slot < 0 {
+		return c.releaseResumed(ctx)
+	}
 	resp, err := c.d.cli.Delete(ctx, c.name)
 	if err != nil {
 		return fmt.Errorf("fenceetcd: release %q: %w", c.key, err)
 	}
 	c.s.freeSlot(c.prefix, c.slot) // deleted now, or gone already
 	if resp.Deleted == 0 {
+		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
+	}
+	return nil
+}
+
+// releaseResumed deletes the entry only if it is still this claim's.
+func (c *claim) releaseResumed(ctx context.Context) error {
+	resp, err := c.d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(c.name), "=", c.rev)).
+		Then(clientv3.OpDelete(c.name)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("fenceetcd: release %q: %w", c.key, err)
+	}
+	if !resp.Succeeded {
 		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
 	}
 	return nil

@@ -39,6 +39,9 @@
 //     over, and from a watch on the entry, which starts 100 ms after the
 //     grant (so that the many leases released sooner cost no watch; it
 //     replays a deletion meanwhile); Extend refuses too.
+//   - Resume (fence.Resumer) binds the holder entry, if its owner and
+//     create revision match, to this process's session in one
+//     transaction (see resume.go); the token stays.
 //
 // # Sessions
 //

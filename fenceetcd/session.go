@@ -65,7 +65,7 @@ func (s *session) freeSlot(prefix string, slot int) {
 	s.slotMu.Lock()
 	defer s.slotMu.Unlock()
 	used := s.slots[prefix]
-	if slot >= len(used) {
+	if slot < 0 || slot >= len(used) {
 		return
 	}
 	used[slot] = false
