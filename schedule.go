@@ -25,7 +25,8 @@ type schedule struct {
 }
 
 // event is one deadline: at (or just after) at, unless removed first,
-// lease's expire or renewTick runs on a goroutine of its own (a lease's
+// lease's expire or renewTick runs on a goroutine of its own, or, for a
+// batched renewal, renewBatch with others on one goroutine (a lease's
 // events are fields of the Lease, so that scheduling them allocates
 // nothing), or f if set (the schedule's tests use plain functions).
 type event struct {
