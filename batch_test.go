@@ -371,3 +371,58 @@ func TestBatchValidityFromSendTime(t *testing.T) {
 		releaseAll(t, ls)
 	})
 }
+
+// sessionBatching says it batches every claim, and makes every claim
+// session-bound: the Client must still renew them one by one.
+type sessionBatching struct {
+	*batching
+	mu      sync.Mutex
+	extends int
+}
+
+func (*sessionBatching) Batchable(fence.Claim) bool { return true }
+
+func (d *sessionBatching) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := d.batching.TryAcquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &countedSession{Claim: c, d: d}, nil
+}
+
+type countedSession struct {
+	fence.Claim
+	d *sessionBatching
+}
+
+func (c *countedSession) NotifyLost(func(error)) {}
+
+func (c *countedSession) Extend(ctx context.Context, ttl time.Duration) error {
+	c.d.mu.Lock()
+	c.d.extends++
+	c.d.mu.Unlock()
+	return c.Claim.Extend(ctx, ttl)
+}
+
+// Session-bound leases are renewed one by one, even where the driver
+// would batch their claims.
+func TestBatchLeavesSessionLeasesAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		d := &sessionBatching{batching: newBatching()}
+		c := fence.New(d, fence.WithTTL(ttl))
+		ls := acquireN(t, c, 3, "k")
+		time.Sleep(ttl / 3)
+		synctest.Wait()
+		if n := d.numCalls(); n != 0 {
+			t.Errorf("%d ExtendBatch calls for session-bound leases; want none", n)
+		}
+		d.mu.Lock()
+		extends := d.extends
+		d.mu.Unlock()
+		if extends != len(ls) {
+			t.Errorf("%d Extend calls for %d session-bound leases due; want one each", extends, len(ls))
+		}
+		releaseAll(t, ls)
+	})
+}
