@@ -426,3 +426,30 @@ func TestBatchLeavesSessionLeasesAlone(t *testing.T) {
 		releaseAll(t, ls)
 	})
 }
+
+// A batch whose leases have all ended is cancelled: Releases of all its
+// leases do not wait for a hung store until the validity ends. (A
+// Release waits for the batch while another lease is in it.)
+func TestBatchCancelledWhenItsLeasesEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		b := newBatching()
+		c := fence.New(b, fence.WithTTL(ttl))
+		ls := acquireN(t, c, 2, "k")
+		b.setHook(func(ctx context.Context, _ []fence.Claim) { <-ctx.Done() })
+		time.Sleep(ttl / 3)
+		synctest.Wait()
+		if b.numCalls() != 1 {
+			t.Fatalf("%d ExtendBatch calls; want one in flight", b.numCalls())
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, l := range ls {
+			wg.Go(func() { releaseAll(t, []*fence.Lease{l}) })
+		}
+		wg.Wait()
+		if d := time.Since(start); d != 0 {
+			t.Errorf("releasing every lease of a hung batch took %v; want the batch cancelled at once", d)
+		}
+	})
+}
