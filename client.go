@@ -17,9 +17,10 @@ import (
 // everything that is the same for every store: waiting, renewal, local
 // validity and loss. A Client is safe for concurrent use.
 type Client struct {
-	drv   Driver
-	cfg   *config  // never changed once made; calls and leases share it
-	sched schedule // the leases' deadlines
+	drv     Driver
+	batcher BatchExtender // drv, if it is one; nil otherwise
+	cfg     *config       // never changed once made; calls and leases share it
+	sched   schedule      // the leases' deadlines
 
 	observer Observer // nil: none
 	store    string   // the store's name, for observers and logs
@@ -42,6 +43,7 @@ func New(drv Driver, opts ...ClientOption) *Client {
 	if c.store == "" {
 		c.store = storeName(drv)
 	}
+	c.batcher, _ = drv.(BatchExtender)
 	return c
 }
 

@@ -12,8 +12,9 @@ import (
 // database/sql/driver.
 //
 // Extra powers are optional interfaces that the Client discovers by type
-// assertion: [Watcher], [BlockingAcquirer], [Inspector], [Lister] on the
-// Driver, and [SessionClaim] on a [Claim].
+// assertion: [Watcher], [BlockingAcquirer], [Inspector], [Lister],
+// [BatchExtender] and others on the Driver, and [SessionClaim] on a
+// [Claim].
 //
 // A Driver must be safe for concurrent use. The conformance suite in
 // package fencetest checks every rule a driver must keep.
@@ -229,6 +230,35 @@ type MultiAcquirer interface {
 	// ErrUnsupported without changing anything, and the Client takes them
 	// one by one instead.
 	TryAcquireAll(ctx context.Context, reqs []Request) ([]Claim, error)
+}
+
+// BatchExtender is implemented by drivers whose store can extend many
+// claims in one round trip (a pipeline, one statement). The Client then
+// renews the leases whose renewals fall due together in one call instead
+// of one call each; the Client alone decides which leases go together and
+// when (see docs/leases.md).
+type BatchExtender interface {
+	// Batchable reports whether ExtendBatch takes c, a claim this driver
+	// granted. It answers from c alone, without the store, and the same
+	// every time for one claim. A claim the driver does not know (one a
+	// wrapping driver made) is not batchable: the Client then calls its
+	// Extend as for any other driver.
+	Batchable(c Claim) bool
+	// ExtendBatch extends each claims[i] by ttls[i], each exactly as
+	// claims[i].Extend(ctx, ttls[i]) would (compare-and-extend, keeping
+	// whatever else Extend keeps, such as a lock-delay), in as few round
+	// trips as the store allows. The claims are distinct, each one
+	// Batchable, and none is used by another call meanwhile; ttls has one
+	// entry per claim.
+	//
+	// It returns one result per claim, in order (len(claims) of them):
+	// nil if that claim was extended, an error matching ErrNotHeld if the
+	// store no longer holds that claim's lease for its owner, or another
+	// error (a transport error, ctx's) if that claim's extension failed
+	// or its outcome is unknown. A claim refused, or failed, leaves the
+	// others' results as they would be alone: one lease lost in the store
+	// never fails the renewal of another. ctx bounds the whole call.
+	ExtendBatch(ctx context.Context, claims []Claim, ttls []time.Duration) []error
 }
 
 // LockDelayer is implemented by drivers that keep a lock-delay

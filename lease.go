@@ -51,6 +51,7 @@ type Lease struct {
 	renewEv      event
 	renewRunning bool
 	renewIdle    chan struct{} // closed when the running renewal ends; nil if none waits
+	inBatch      *batchRun     // the batch renewing the lease now, if any (batch.go)
 
 	released releasedError // the cause of a released lease, kept here to spare an allocation
 	// lostAtRelease is the loss that Release found (the store no longer
@@ -79,7 +80,7 @@ func newLease(c *Client, cfg *config, req Request, claim Claim, validUntil, now 
 func (l *Lease) start(now time.Time) {
 	l.mu.Lock()
 	l.expiryEv = event{lease: l, index: -1}
-	l.renewEv = event{lease: l, renew: true, index: -1}
+	l.renewEv = event{lease: l, renew: true, batched: l.c.batchable(l.claim), index: -1}
 	l.expiry = &l.expiryEv
 	l.c.sched.put(l.expiry, l.validUntil)
 	if !l.cfg.noRenew {
@@ -103,11 +104,17 @@ func (l *Lease) renewTick() {
 	l.renewRunning = true
 	l.mu.Unlock()
 
-	next, ok := l.renewOnce(l.cfg.renewInterval())
+	l.renewDone(l.renewOnce(l.cfg.renewInterval()))
+}
 
+// renewDone ends a running renewal, which asks for the next one after
+// next if ok: it lets a waiting Release go on, or schedules the next
+// renewal.
+func (l *Lease) renewDone(next time.Duration, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewRunning = false
+	l.inBatch = nil
 	if l.renewIdle != nil {
 		close(l.renewIdle)
 		l.renewIdle = nil
@@ -118,10 +125,15 @@ func (l *Lease) renewTick() {
 }
 
 // unscheduleLocked removes the lease's deadlines from the schedule; l.mu
-// is held and l.ended set, so no renewal starts after it.
+// is held and l.ended set, so no renewal starts after it. A batch that
+// renews the lease now learns that it ended (batch.go).
 func (l *Lease) unscheduleLocked() {
 	l.c.sched.remove(l.expiry)
 	l.c.sched.remove(&l.renewEv)
+	if l.inBatch != nil {
+		l.inBatch.leave()
+		l.inBatch = nil
+	}
 }
 
 // waitRenewals returns once no renewal of the ended lease runs any more.
@@ -353,6 +365,13 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 	sent := time.Now()
 	err := l.extend(ctx)
 	cancel()
+	return l.renewed(err, sent, deadline, interval)
+}
+
+// renewed acts on the answer err to a renewal sent at sent while the
+// lease was valid until deadline, and returns when to try next; false
+// once the lease has ended.
+func (l *Lease) renewed(err error, sent, deadline time.Time, interval time.Duration) (time.Duration, bool) {
 	left := time.Until(deadline)
 	late := err == nil && left < l.cfg.ttl/6
 	if l.ctx.Err() == nil {
@@ -374,8 +393,14 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 	}
 	l.cfg.logger.Warn("fence: renewal failed; retrying", "key", l.key, "token", l.token,
 		"valid_for", left, "err", err)
-	// Retry sooner than the interval, a few times before validity runs out.
-	return max(minPoll, min(interval, left/4)), true
+	return retryDelay(interval, left), true
+}
+
+// retryDelay is when to try again after a renewal that did not happen,
+// with left of the lease's validity left: sooner than the interval, a few
+// times before validity runs out.
+func retryDelay(interval, left time.Duration) time.Duration {
+	return max(minPoll, min(interval, left/4))
 }
 
 // extendValidity moves the validity to sent + TTL - margin after a

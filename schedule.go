@@ -19,12 +19,14 @@ import (
 type schedule struct {
 	mu    sync.Mutex
 	queue eventQueue
+	batch eventQueue // renewals of batchable leases (batch.go)
 	timer *time.Timer
 	armed time.Time // when timer fires; zero when it is not set
 }
 
 // event is one deadline: at (or just after) at, unless removed first,
-// lease's expire or renewTick runs on a goroutine of its own (a lease's
+// lease's expire or renewTick runs on a goroutine of its own, or, for a
+// batched renewal, renewBatch with others on one goroutine (a lease's
 // events are fields of the Lease, so that scheduling them allocates
 // nothing), or f if set (the schedule's tests use plain functions).
 type event struct {
@@ -32,7 +34,10 @@ type event struct {
 	f     func()
 	lease *Lease
 	renew bool // renewTick, not expire
-	index int  // in the queue; -1 once it ran or was removed
+	// batched puts a renewal in the schedule's batch queue: it runs in a
+	// batch of the Client's due renewals (batch.go), not on its own.
+	batched bool
+	index   int // in its queue; -1 once it ran or was removed
 }
 
 func (e *event) run() {
@@ -46,11 +51,19 @@ func (e *event) run() {
 	}
 }
 
+// queueOf returns the queue e goes in.
+func (s *schedule) queueOf(e *event) *eventQueue {
+	if e.batched {
+		return &s.batch
+	}
+	return &s.queue
+}
+
 // put schedules e, which is not scheduled now, for at.
 func (s *schedule) put(e *event, at time.Time) {
 	s.mu.Lock()
 	e.at = at
-	heap.Push(&s.queue, e)
+	heap.Push(s.queueOf(e), e)
 	s.armLocked()
 	s.mu.Unlock()
 }
@@ -64,7 +77,7 @@ func (s *schedule) move(e *event, at time.Time) bool {
 		return false
 	}
 	e.at = at
-	heap.Fix(&s.queue, e.index)
+	heap.Fix(s.queueOf(e), e.index)
 	s.armLocked()
 	return true
 }
@@ -80,17 +93,27 @@ func (s *schedule) remove(e *event) bool {
 	if e.index < 0 {
 		return false
 	}
-	heap.Remove(&s.queue, e.index)
+	heap.Remove(s.queueOf(e), e.index)
 	return true
 }
 
 // armLocked sets the timer for the earliest deadline if it is not set for
 // that or earlier.
 func (s *schedule) armLocked() {
-	if len(s.queue) == 0 {
+	var next time.Time
+	switch {
+	case len(s.queue) > 0 && len(s.batch) > 0:
+		next = s.queue[0].at
+		if s.batch[0].at.Before(next) {
+			next = s.batch[0].at
+		}
+	case len(s.queue) > 0:
+		next = s.queue[0].at
+	case len(s.batch) > 0:
+		next = s.batch[0].at
+	default:
 		return
 	}
-	next := s.queue[0].at
 	if !s.armed.IsZero() && !next.Before(s.armed) {
 		return
 	}
@@ -103,7 +126,8 @@ func (s *schedule) armLocked() {
 }
 
 // fire runs every deadline that has come, each on its own goroutine (a
-// renewal waits for the store), and arms the timer for the next.
+// renewal waits for the store), and arms the timer for the next. Batched
+// renewals run in batches, one goroutine each (takeBatchesLocked).
 func (s *schedule) fire() {
 	s.mu.Lock()
 	s.armed = time.Time{}
@@ -112,10 +136,14 @@ func (s *schedule) fire() {
 	for len(s.queue) > 0 && !s.queue[0].at.After(now) {
 		due = append(due, heap.Pop(&s.queue).(*event))
 	}
+	batches := s.takeBatchesLocked(now)
 	s.armLocked()
 	s.mu.Unlock()
 	for _, e := range due {
 		go e.run()
+	}
+	for _, b := range batches {
+		go renewBatch(b)
 	}
 }
 

@@ -11,8 +11,8 @@
 // loss. Break and Resume implement fence.Breaker and fence.Resumer. For fully virtual time, run the test in a testing/synctest bubble:
 // then the Client's renewal and validity timers are virtual too.
 //
-// It takes several locks at once under its mutex (fence.MultiAcquirer)
-// and keeps lock-delays (fence.LockDelayer): an expired lock with a delay
+// It takes several locks at once under its mutex (fence.MultiAcquirer),
+// extends many claims in one call (fence.BatchExtender), and keeps lock-delays (fence.LockDelayer): an expired lock with a delay
 // blocks its key until its expiry plus the delay (see lockdelay.go);
 // Delete removes a lock, delay and all.
 //
@@ -114,6 +114,7 @@ var (
 	_ fence.LockDelayer   = (*Store)(nil)
 	_ fence.Breaker       = (*Store)(nil)
 	_ fence.Resumer       = (*Store)(nil)
+	_ fence.BatchExtender = (*Store)(nil)
 )
 
 // Supports implements fence.KindSupporter: the Store does locks,
@@ -480,13 +481,48 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
-	now := c.s.clock()
-	e := c.s.held(c, now)
+	return c.s.extend(c, ttl, c.s.clock())
+}
+
+// extend is compare-and-extend of c at now. Callers hold s.mu.
+func (s *Store) extend(c *claim, ttl time.Duration, now time.Time) error {
+	e := s.held(c, now)
 	if e == nil {
 		return fmt.Errorf("%w: %s %q no longer held by %s", fence.ErrNotHeld, c.kind, c.key, c.owner)
 	}
 	e.expires = now.Add(ttl)
 	return nil
+}
+
+// Batchable implements fence.BatchExtender: every claim of this Store,
+// of every kind.
+func (s *Store) Batchable(c fence.Claim) bool {
+	mc, ok := c.(*claim)
+	return ok && mc.s == s
+}
+
+// ExtendBatch implements fence.BatchExtender: each claim is extended as
+// its Extend would, one after the other under the Store's mutex.
+func (s *Store) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls []time.Duration) []error {
+	errs := make([]error, len(claims))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	for i, c := range claims {
+		mc, ok := c.(*claim)
+		if !ok || mc.s != s {
+			errs[i] = fmt.Errorf("fencemem: ExtendBatch of a claim of another driver (%T)", c)
+			continue
+		}
+		errs[i] = s.extend(mc, ttls[i], now)
+	}
+	return errs
 }
 
 func (c *claim) Release(ctx context.Context) error {

@@ -3,7 +3,6 @@ package fenceredis
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -120,18 +119,6 @@ func (s *Store) newClaim(req fence.Request) *claim {
 		c.until = untilName(c.n.lock)
 	}
 	return c
-}
-
-func (c *claim) extendDelayed(ctx context.Context, ttl time.Duration) error {
-	ok, err := extendDelayedScript.Run(ctx, c.s.rdb, []string{c.n.lock, c.n.counter, c.until},
-		c.value, ms(ttl), ms(ttl+c.delay), ms(ttl+c.delay+c.s.retention)).Int()
-	switch {
-	case err != nil:
-		return fmt.Errorf("fenceredis: extend %q: %w", c.key, err)
-	case ok != 1:
-		return fmt.Errorf("%w: %q is no longer held by %s", fence.ErrNotHeld, c.key, ownerOf(c.value))
-	}
-	return nil
 }
 
 func (c *claim) releaseDelayed(ctx context.Context) error {

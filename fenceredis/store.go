@@ -154,12 +154,10 @@ type claim struct {
 
 func (c *claim) Token() int64 { return c.token }
 
-// Extend is compare-and-PEXPIRE.
+// Extend is compare-and-PEXPIRE, as ExtendBatch does it for many.
 func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
-	if c.delay > 0 {
-		return c.extendDelayed(ctx, ttl)
-	}
-	return c.s.extendKeys(ctx, c.key, c.keys, c.value, ttl)
+	script, keys, args := c.extendCall(ttl)
+	return c.extended(script.Run(ctx, c.s.rdb, keys, args...).Int())
 }
 
 // Release is compare-and-DEL, announced on the key's release channel.

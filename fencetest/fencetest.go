@@ -134,6 +134,10 @@
 //   - Resume (Resumer), where the driver implements it: the holder's
 //     owner and token take the lease back with its token, extended;
 //     another owner or token gets ErrHeld, an expired lease ErrNotHeld.
+//   - BatchExtend (BatchExtender), where the driver implements it: one
+//     result per claim, in order; a claim whose lease another owner took
+//     is refused among live ones, which are extended by the TTL asked
+//     (rule 3); the new owner keeps the key.
 //   - Leftovers (rules 6 and 7): once every lease is released nothing is
 //     left behind, when Store.Leftovers is given.
 //
@@ -289,6 +293,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("LockDelay", s.lockDelay)
 	t.Run("Break", s.breaking)
 	t.Run("Resume", s.resuming)
+	t.Run("BatchExtend", s.batchExtend)
 	t.Run("Leftovers", s.leftovers)
 }
 

@@ -157,6 +157,15 @@ var broken = map[string]brokenDriver{
 	// LockDelayer: an unclean loss blocks the key for the delay.
 	"lock-delay-ignored": {build: lockDelayIgnored, catch: []string{"LockDelay"},
 		why: "free within its lock-delay"},
+	// BatchExtender: a refused claim does not fail the others...
+	"batch-refusal-spreads": {build: batchRefusalSpreads, catch: []string{"BatchExtend"},
+		why: "a refusal beside it must not fail it"},
+	// ...each is extended by the TTL asked (rule 3)...
+	"batch-extends-nothing": {build: batchExtendsNothing, catch: []string{"BatchExtend"},
+		why: "ExtendBatch by 3 TTLs"},
+	// ...and there is one result per claim.
+	"batch-drops-results": {build: batchDropsResults, catch: []string{"BatchExtend"},
+		why: "want one per claim"},
 }
 
 // Rules no broken driver here breaks:
