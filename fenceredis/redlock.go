@@ -47,6 +47,10 @@ var ErrNoQuorum = errors.New("fenceredis: no quorum of redlock servers")
 // unreachable servers returns ErrNoQuorum, and the Client retries until
 // the lease's validity ends. Waiters subscribe on every server.
 //
+// Redlock keeps a lock-delay (fence.LockDelayer; redlockdelay.go) and
+// resumes a lease that a quorum still holds (fence.Resumer;
+// redlockresume.go), both by the same majority rule.
+//
 // See docs/redis.md for what Redlock does and does not promise.
 type Redlock struct {
 	stores  []*Store
