@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -129,8 +130,28 @@ func (r *Redlock) Resume(ctx context.Context, req fence.Request, token int64) (f
 	phaseCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	n := len(r.stores)
+	// Every server that extends the lease either is on the extended
+	// list when the resume is refused, or finds it refused and gives
+	// its extension back itself (a call that ends after gather returns).
+	var (
+		mu       sync.Mutex
+		refused  bool
+		extended []resumed
+	)
 	got := gather(phaseCtx, deadline, &r.running, r.stores, func(ctx context.Context, s *Store) (resumed, error) {
-		return s.resumeOn(ctx, req, token)
+		res, err := s.resumeOn(ctx, req, token)
+		if err == nil && res.ok() {
+			mu.Lock()
+			late := refused
+			if !late {
+				extended = append(extended, res)
+			}
+			mu.Unlock()
+			if late {
+				_, _ = s.giveBack(ctx, req.Key, res)
+			}
+		}
+		return res, err
 	}, decided(n, r.quorum, resumed.ok))
 	yes, no, _, errs := tally(n, got, resumed.ok)
 	count := make(map[string]int)
@@ -150,17 +171,26 @@ func (r *Redlock) Resume(ctx context.Context, req fence.Request, token int64) (f
 	if no <= n-r.quorum {
 		return nil, r.noQuorum("resume", req.Key, yes, append(errs, errors.New("or past the lease's validity")))
 	}
-	r.giveBack(ctx, req, got)
-	var hs []fence.Holder
+	mu.Lock()
+	refused = true
+	mu.Unlock()
+	r.giveBackAll(ctx, req, extended)
+	var hs, others []fence.Holder
 	var gone int
 	for _, o := range got {
 		switch {
 		case o.err != nil:
 		case o.v.holder != nil:
 			hs = append(hs, *o.v.holder)
+			if o.v.holder.Owner != req.Owner {
+				others = append(others, *o.v.holder)
+			}
 		case o.v.gone:
 			gone++
 		}
+	}
+	if len(others) > 0 {
+		hs = others // name another owner rather than this one with another token
 	}
 	if len(hs) > gone {
 		h, _ := combine(req.Key, hs, r.quorum)
@@ -170,28 +200,32 @@ func (r *Redlock) Resume(ctx context.Context, req fence.Request, token int64) (f
 		fence.ErrNotHeld, req.Key, req.Owner, token, yes, n, r.quorum)
 }
 
-// giveBack undoes the extensions of a refused resume on the servers that
-// made them: a release, or with a lock-delay the first phase of one (the
-// lease ends there now and the record stays for the delay), which never
-// frees a server sooner than the delay after the lease lost its quorum.
-func (r *Redlock) giveBack(ctx context.Context, req fence.Request, got []outcome[resumed]) {
-	var extended []*Store
-	written := make(map[*Store]resumed)
-	for _, o := range got {
-		if o.err == nil && o.v.ok() {
-			extended = append(extended, o.v.store)
-			written[o.v.store] = o.v
-		}
-	}
+// giveBackAll undoes the extensions of a refused resume on the servers
+// that made them; see giveBack.
+func (r *Redlock) giveBackAll(ctx context.Context, req fence.Request, extended []resumed) {
 	if len(extended) == 0 {
 		return
 	}
+	stores := make([]*Store, len(extended))
+	written := make(map[*Store]resumed)
+	for i, res := range extended {
+		stores[i] = res.store
+		written[res.store] = res
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.TTL)
 	defer cancel()
-	gather(ctx, time.Now().Add(req.TTL), &r.running, extended, func(ctx context.Context, s *Store) (bool, error) {
-		if w := written[s]; w.delay > 0 {
-			return s.endLease(ctx, req.Key, w.value, w.delay)
-		}
-		return notHeldIsFalse(s.release(ctx, req.Key, written[s].value))
+	gather(ctx, time.Now().Add(req.TTL), &r.running, stores, func(ctx context.Context, s *Store) (bool, error) {
+		return s.giveBack(ctx, req.Key, written[s])
 	}, nil)
+}
+
+// giveBack undoes a refused resume's extension on one server: a release,
+// or with a lock-delay the first phase of one (the lease ends there now
+// and the record stays for the delay), which never frees a server
+// sooner than the delay after the lease lost its quorum.
+func (s *Store) giveBack(ctx context.Context, key string, res resumed) (bool, error) {
+	if res.delay > 0 {
+		return s.endLease(ctx, key, res.value, res.delay)
+	}
+	return notHeldIsFalse(s.release(ctx, key, res.value))
 }

@@ -11,7 +11,7 @@ import (
 // Resume on Redlock needs a quorum: with the lease on one server of
 // three it is refused, ErrNotHeld if the others are free, a *HeldError
 // if another owner holds them, and what it extended on that one server
-// is given back.
+// is given back rather than left extended.
 func TestRedlockResumeNeedsQuorum(t *testing.T) {
 	ctx := testCtx(t)
 	_, connect, raw := redlockSetup(t, 3)
@@ -24,6 +24,15 @@ func TestRedlockResumeNeedsQuorum(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.running.Wait()
+		// A server whose grant came after the quorum keeps the lock
+		// without its counter raised to the token, and refuses a
+		// resume; here every server had it raised.
+		for _, c := range raw.cs {
+			if err := c.Set(ctx, n.counter, cl.Token(), 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Second) // so that an extension shows in the PTTL
 		for _, c := range raw.cs[1:] {
 			if other == "" {
 				err = c.Del(ctx, n.lock).Err()
@@ -44,10 +53,13 @@ func TestRedlockResumeNeedsQuorum(t *testing.T) {
 		case other != "" && held.Holder.Owner != other:
 			t.Errorf("resume refused, holder %+v; want %q", held.Holder, other)
 		}
+		// The server that still held the lease extended it: it must
+		// have been given back.
 		r.running.Wait()
-		if left := raw.cs[0].Exists(ctx, n.lock).Val(); left != 0 {
-			t.Errorf("the lease still on the one server that held it after a refused resume")
+		if pttl := raw.cs[0].PTTL(ctx, n.lock).Val(); pttl > req.TTL-time.Second/2 {
+			t.Errorf("other %q: after a refused resume, the one server that held the lease keeps it extended (PTTL %v)", other, pttl)
 		}
+		raw.cs[0].Del(ctx, n.lock)
 		for _, c := range raw.cs[1:] {
 			c.Del(ctx, n.lock)
 		}
