@@ -19,7 +19,8 @@ var _ fence.Resumer = (*Redlock)(nil)
 // redlockResumeScript is Resume on one server: if the lock's owner (the
 // lock value up to its attempt nonce) is ARGV[1] and its token (the
 // counter) ARGV[5], and the lease is not in a lock-delay (its until
-// name, if any, still ahead), it writes the lock again with the same
+// name, if any, still ahead: an owner's lease in its delay has expired
+// here, whatever its token), it writes the lock again with the same
 // attempt and the new metadata ARGV[2], for ARGV[3] ms, plus a
 // lock-delay with the lease's end beside it: ARGV[6] ms, or the lease's
 // own delay (its PTTL past its end) if longer, so that a resume never
@@ -43,7 +44,7 @@ sep = string.find(attempt, '` + attemptSep + `', 1, true)
 if sep then
   owner = string.sub(attempt, 1, sep - 1)
 end
-if owner ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[5] then
+if owner ~= ARGV[1] then
   return held(value)
 end
 local now = now_ms()
@@ -55,6 +56,9 @@ if ends then
     return {2}
   end
   delay = math.max(delay, redis.call('PTTL', KEYS[1]) - (ends - now))
+end
+if redis.call('GET', KEYS[2]) ~= ARGV[5] then
+  return held(value)
 end
 local resumed = attempt .. ARGV[2]
 if delay > 0 then
@@ -192,7 +196,9 @@ func (r *Redlock) Resume(ctx context.Context, req fence.Request, token int64) (f
 	if len(others) > 0 {
 		hs = others // name another owner rather than this one with another token
 	}
-	if len(hs) > gone {
+	// Held for another owner or token on at least as many servers as
+	// are free (a free one may not have seen the holder's write yet).
+	if len(hs) > 0 && len(hs) >= gone {
 		h, _ := combine(req.Key, hs, r.quorum)
 		return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 	}
