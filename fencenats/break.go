@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -53,8 +54,10 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 }
 
 // Resume implements fence.Resumer: it reads key's value and, if it names
-// req.Owner with token, writes it again (new metadata, new TTL)
-// expecting the revision read, as an extend does.
+// req.Owner with token, writes it again (new metadata, new TTL and
+// lock-delay) expecting the revision read, as an extend does. A lease
+// with a lock-delay is judged as its extends are (lockdelay.go): resumed
+// only if the write landed before its end.
 func (d *Store) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fencenats: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
@@ -62,6 +65,12 @@ func (d *Store) Resume(ctx context.Context, req fence.Request, token int64) (fen
 	ttl, err := d.storeTTL(req.TTL)
 	if err != nil {
 		return nil, err
+	}
+	msgTTL := ttl
+	created := value{Key: req.Key, Owner: req.Owner, TTLms: ttl.Milliseconds(), Meta: req.Meta}
+	if req.LockDelay > 0 {
+		msgTTL = wholeSeconds(req.TTL + req.LockDelay)
+		created.TTLms, created.DelayMs = millis(req.TTL), millis(req.LockDelay)
 	}
 	name := d.Name(req.Key)
 	for attempt := 0; ; attempt++ {
@@ -76,14 +85,39 @@ func (d *Store) Resume(ctx context.Context, req fence.Request, token int64) (fen
 		if !ok || h.Owner != req.Owner || h.Token != token {
 			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 		}
-		created, _ := json.Marshal(value{Key: req.Key, Owner: req.Owner, TTLms: ttl.Milliseconds(), Meta: req.Meta})
-		v, _ := json.Marshal(value{Key: req.Key, Owner: req.Owner, TTLms: ttl.Milliseconds(), Token: token, Meta: req.Meta})
-		rev, err := d.publish(ctx, name, v, m.Sequence, ttl)
-		if err == nil {
-			return &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: created, token: token, rev: rev}, nil
+		var old value
+		_ = json.Unmarshal(m.Data, &old)
+		if old.EndedMs != 0 {
+			return nil, fmt.Errorf("%w: %q (token %d) expired; its lock-delay runs", fence.ErrNotHeld, req.Key, token)
 		}
-		if !wrongRevision(err) || attempt == 5 {
-			return nil, fmt.Errorf("fencenats: resume %q: %w", req.Key, err)
+		v := created
+		v.Token = token
+		data, _ := json.Marshal(v)
+		rev, err := d.publish(ctx, name, data, m.Sequence, msgTTL)
+		if err != nil {
+			if !wrongRevision(err) || attempt == 5 {
+				return nil, fmt.Errorf("fencenats: resume %q: %w", req.Key, err)
+			}
+			continue
 		}
+		first, _ := json.Marshal(created)
+		c := &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: first, token: token, rev: rev, delay: req.LockDelay}
+		if old.DelayMs == 0 && req.LockDelay == 0 {
+			return c, nil
+		}
+		at, err := d.writtenAt(ctx, rev)
+		if err != nil {
+			return nil, fmt.Errorf("fencenats: resume %q: read the write's time: %w", req.Key, err)
+		}
+		if old.DelayMs > 0 {
+			// Judged by the old lease's end and delay.
+			old := &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: m.Data, token: token, rev: rev,
+				delay: time.Duration(old.DelayMs) * time.Millisecond, end: m.Time.Add(time.Duration(old.TTLms) * time.Millisecond)}
+			if !at.Before(old.end) {
+				return nil, old.reblock(ctx, "resume", rev, at)
+			}
+		}
+		c.end = at.Add(req.TTL)
+		return c, nil
 	}
 }

@@ -21,6 +21,10 @@ type claim struct {
 	value []byte // as created; extends add the token
 	token int64
 	rev   uint64 // revision of our last write
+	// With a lock-delay (lockdelay.go): the delay, and the lease's end
+	// by the server's clock.
+	delay time.Duration
+	end   time.Time
 }
 
 // Token implements fence.Claim: the create's revision.
@@ -29,6 +33,9 @@ func (c *claim) Token() int64 { return c.token }
 // Extend implements fence.Claim: it writes the value again, expecting our
 // last revision, with a fresh TTL.
 func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
+	if c.delay > 0 {
+		return c.extendDelayed(ctx, ttl)
+	}
 	storeTTL, err := c.d.storeTTL(ttl)
 	if err != nil {
 		return err
@@ -78,6 +85,9 @@ func (c *claim) adopt(ctx context.Context) error {
 // Release implements fence.Claim: it purges the key expecting our last
 // revision; the purge marker expires on its own.
 func (c *claim) Release(ctx context.Context) error {
+	if c.delay > 0 {
+		return c.releaseDelayed(ctx)
+	}
 	for adopted := false; ; adopted = true {
 		opts := []jetstream.KVDeleteOpt{jetstream.LastRevision(c.rev)}
 		if c.d.perKey {

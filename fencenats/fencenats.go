@@ -53,6 +53,13 @@
 // per-message TTLs, the bucket's max age is every lease's TTL: shorter
 // TTLs are granted the max age, longer ones are refused, and waiters learn
 // of an expiry by polling at the reported expiry time.
+//
+// # Lock-delay
+//
+// With per-message TTLs the driver keeps a lease's lock-delay
+// (fence.LockDelayer): the lease's message lives for its TTL plus the
+// delay, rounded up to whole seconds, and its own end is judged by the
+// server's write times; see lockdelay.go. A max-age bucket cannot.
 package fencenats
 
 import (
@@ -95,6 +102,8 @@ var (
 	_ fence.Watcher   = (*Store)(nil)
 	_ fence.Inspector = (*Store)(nil)
 	_ fence.Lister    = (*Store)(nil)
+
+	_ fence.LockDelayer = (*Store)(nil)
 )
 
 // Option configures New.
@@ -253,6 +262,12 @@ type value struct {
 	// itself cannot know it, and is its own revision.
 	Token int64             `json:"token,omitempty"`
 	Meta  map[string]string `json:"meta,omitempty"`
+	// DelayMs is the lease's lock-delay (lockdelay.go); its TTLms is
+	// then the lease's own TTL, and the message's TTL is longer.
+	DelayMs int64 `json:"delay_ms,omitempty"`
+	// EndedMs, on a lease kept in its lock-delay, is the lease's end in
+	// the server's Unix milliseconds.
+	EndedMs int64 `json:"ended_ms,omitempty"`
 }
 
 // storeTTL is the TTL the store gives a lease of ttl: whole seconds,
@@ -292,25 +307,38 @@ func wrongRevision(err error) bool {
 
 // TryAcquire implements fence.Driver.
 func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if req.LockDelay > 0 {
+		return d.acquireDelayed(ctx, req)
+	}
 	ttl, err := d.storeTTL(req.TTL)
 	if err != nil {
 		return nil, err
 	}
 	name := d.Name(req.Key)
 	v, _ := json.Marshal(value{Key: req.Key, Owner: req.Owner, TTLms: ttl.Milliseconds(), Meta: req.Meta})
+	rev, err := d.create(ctx, req, name, v, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: v, token: int64(rev), rev: rev}, nil
+}
+
+// create publishes v on the key's subject if the key is free, with the
+// message TTL ttl, and returns the revision.
+func (d *Store) create(ctx context.Context, req fence.Request, name string, v []byte, ttl time.Duration) (uint64, error) {
 	expected := uint64(0)
 	for attempt := 0; ; attempt++ {
 		rev, err := d.publish(ctx, name, v, expected, ttl)
 		if err == nil {
-			return &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: v, token: int64(rev), rev: rev}, nil
+			return rev, nil
 		}
 		if !wrongRevision(err) {
-			return nil, fmt.Errorf("fencenats: acquire %q: %w", req.Key, err)
+			return 0, fmt.Errorf("fencenats: acquire %q: %w", req.Key, err)
 		}
 		m, live, err := d.last(ctx, name)
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("fencenats: acquire %q: %w", req.Key, err)
+			return 0, fmt.Errorf("fencenats: acquire %q: %w", req.Key, err)
 		case live:
 			// Held. (Never overwrite a value, even one that looks
 			// expired by the clocks: only the server expires it.)
@@ -318,7 +346,7 @@ func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			if h, ok := holder(req.Key, m); ok {
 				held.Holder = &h
 			}
-			return nil, held
+			return 0, held
 		case m != nil:
 			expected = m.Sequence // a delete, purge or expiry marker: free
 		default:
@@ -326,7 +354,7 @@ func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		}
 		if attempt == 2 {
 			// Others keep changing the key under us: report it held.
-			return nil, &fence.HeldError{Key: req.Key}
+			return 0, &fence.HeldError{Key: req.Key}
 		}
 	}
 }
@@ -345,9 +373,10 @@ func (d *Store) last(ctx context.Context, name string) (*jetstream.RawStreamMsg,
 	return m, live, nil
 }
 
-// holder describes a live lease message. ExpiresIn compares the server's
-// write time with this machine's clock: it is a hint for waiters, never
-// used for validity.
+// holder describes a live lease message. ExpiresIn is the time until the
+// key is free (the message's TTL, or else the bucket's max age in the
+// value, after the server's write time, by this machine's clock): a hint
+// for waiters, never used for validity.
 func holder(key string, m *jetstream.RawStreamMsg) (fence.Holder, bool) {
 	var v value
 	if json.Unmarshal(m.Data, &v) != nil {
@@ -360,9 +389,13 @@ func holder(key string, m *jetstream.RawStreamMsg) (fence.Holder, bool) {
 	if token == 0 {
 		token = int64(m.Sequence)
 	}
+	life := time.Duration(v.TTLms) * time.Millisecond
+	if ttl, err := time.ParseDuration(m.Header.Get(jetstream.MsgTTLHeader)); err == nil {
+		life = ttl
+	}
 	return fence.Holder{
 		Key: key, Owner: v.Owner, Token: token, Meta: v.Meta,
-		ExpiresIn: max(time.Millisecond, time.Duration(v.TTLms)*time.Millisecond-time.Since(m.Time)),
+		ExpiresIn: max(time.Millisecond, life-time.Since(m.Time)),
 	}, true
 }
 

@@ -47,6 +47,10 @@ var ErrNoQuorum = errors.New("fenceredis: no quorum of redlock servers")
 // unreachable servers returns ErrNoQuorum, and the Client retries until
 // the lease's validity ends. Waiters subscribe on every server.
 //
+// Redlock keeps a lock-delay (fence.LockDelayer; redlockdelay.go) and
+// resumes a lease that a quorum still holds (fence.Resumer;
+// redlockresume.go), both by the same majority rule.
+//
 // See docs/redis.md for what Redlock does and does not promise.
 type Redlock struct {
 	stores  []*Store
@@ -217,9 +221,15 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 	value := lockValue(attemptValue(req.Owner), req.Meta)
 	abandoned := new(atomic.Bool)
 	got := gather(phaseCtx, deadline, &r.running, r.stores, func(ctx context.Context, s *Store) (reservation, error) {
-		res, err := s.reserve(ctx, req.Key, value, req.TTL)
+		var res reservation
+		var err error
+		if req.LockDelay > 0 {
+			res, err = s.reserveDelayed(ctx, req.Key, value, req.TTL, req.LockDelay)
+		} else {
+			res, err = s.reserve(ctx, req.Key, value, req.TTL)
+		}
 		if err == nil && res.ok && abandoned.Load() {
-			_ = s.release(ctx, req.Key, value)
+			_ = s.dropAttempt(ctx, req, value)
 		}
 		return res, err
 	}, decided(n, r.quorum, reservation.granted))
@@ -263,7 +273,7 @@ func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Clai
 		r.rollback(ctx, req, value)
 		return nil, fmt.Errorf("%w: acquire %q took %v, past the lease's validity", ErrNoQuorum, req.Key, elapsed)
 	}
-	return &redlockClaim{r: r, key: req.Key, value: value, token: token, abandoned: abandoned}, nil
+	return &redlockClaim{r: r, key: req.Key, value: value, token: token, abandoned: abandoned, delay: req.LockDelay}, nil
 }
 
 func isTrue(b bool) bool { return b }
@@ -280,8 +290,18 @@ func (r *Redlock) rollback(ctx context.Context, req fence.Request, value string)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.TTL)
 	defer cancel()
 	gather(ctx, time.Now().Add(req.TTL), &r.running, r.stores, func(ctx context.Context, s *Store) (struct{}, error) {
-		return struct{}{}, s.release(ctx, req.Key, value)
+		return struct{}{}, s.dropAttempt(ctx, req, value)
 	}, nil)
+}
+
+// dropAttempt deletes the lock of an acquisition attempt that never
+// became a lease on one server; with a lock-delay, its until name too.
+func (s *Store) dropAttempt(ctx context.Context, req fence.Request, value string) error {
+	if req.LockDelay > 0 {
+		_, err := s.dropLock(ctx, req.Key, value)
+		return err
+	}
+	return s.release(ctx, req.Key, value)
 }
 
 // attemptValue is the owner part of what one acquisition attempt stores
@@ -305,6 +325,7 @@ type redlockClaim struct {
 	// acquisition arrives after the release lets go at once rather than
 	// hold the key until the TTL.
 	abandoned *atomic.Bool
+	delay     time.Duration // the lease's lock-delay; 0: none
 }
 
 func (c *redlockClaim) Token() int64 { return c.token }
@@ -313,6 +334,9 @@ func (c *redlockClaim) Token() int64 { return c.token }
 func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 	r, n := c.r, len(c.r.stores)
 	got := gather(ctx, deadlineOf(ctx, ttl), &r.running, r.stores, func(ctx context.Context, s *Store) (bool, error) {
+		if c.delay > 0 {
+			return s.extendDelayedLock(ctx, c.key, c.value, ttl, c.delay)
+		}
 		return notHeldIsFalse(s.extend(ctx, c.key, c.value, ttl))
 	}, decided(n, r.quorum, isTrue))
 	yes, no, _, errs := tally(n, got, isTrue)
@@ -329,6 +353,9 @@ func (c *redlockClaim) Extend(ctx context.Context, ttl time.Duration) error {
 // Release is compare-and-DEL on every server. It returns once a quorum
 // released (the rest carry on in the background).
 func (c *redlockClaim) Release(ctx context.Context) error {
+	if c.delay > 0 {
+		return c.releaseDelayed(ctx)
+	}
 	r, n := c.r, len(c.r.stores)
 	// Before the releases are sent: a late grant either sees the flag and
 	// lets go itself, or landed before this release reaches its server.
