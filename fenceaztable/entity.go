@@ -21,6 +21,8 @@ import (
 //	Owner         the holder's owner id; "" while the key is free
 //	TTLms         Edm.Int64: the holder's TTL in milliseconds
 //	Meta          the holder's metadata, JSON; absent if none
+//	DelayMs       Edm.Int64: the holder's lock-delay in milliseconds;
+//	              absent if none
 //	Released      the owner id of the holder whose Release freed the key
 //	Write         random, new with every write: tells whether a write
 //	              whose answer was lost landed (an extend changes no
@@ -34,6 +36,7 @@ type entity struct {
 	token    int64
 	owner    string
 	ttl      time.Duration
+	delay    time.Duration
 	meta     map[string]string
 	released string
 	write    string
@@ -55,6 +58,10 @@ func (e *entity) marshal() ([]byte, error) {
 		"Owner":            e.owner,
 		"TTLms":            strconv.FormatInt(e.ttl.Milliseconds(), 10),
 		"TTLms@odata.type": "Edm.Int64",
+	}
+	if e.delay > 0 {
+		m["DelayMs"] = strconv.FormatInt(e.delay.Milliseconds(), 10)
+		m["DelayMs@odata.type"] = "Edm.Int64"
 	}
 	if len(e.meta) > 0 {
 		js, err := json.Marshal(e.meta)
@@ -82,6 +89,15 @@ func ttlMillis(ttl time.Duration) time.Duration {
 	return (ttl + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 }
 
+// delayMillis returns req's lock-delay (locks only) in whole
+// milliseconds, rounded up: the store never keeps it shorter than asked.
+func delayMillis(req fence.Request) time.Duration {
+	if req.Kind != fence.KindLock || req.LockDelay <= 0 {
+		return 0
+	}
+	return ttlMillis(req.LockDelay)
+}
+
 // parseEntity reads an entity as the SDK returns it. Int64 properties come
 // as strings (OData JSON); numbers are accepted too. A missing or bad
 // Token leaves token 0: the counter is lost, and the next token comes from
@@ -92,6 +108,7 @@ func parseEntity(b []byte) (entity, error) {
 		Token    json.RawMessage `json:"Token"`
 		Owner    string          `json:"Owner"`
 		TTLms    json.RawMessage `json:"TTLms"`
+		DelayMs  json.RawMessage `json:"DelayMs"`
 		Meta     string          `json:"Meta"`
 		Released string          `json:"Released"`
 		Write    string          `json:"Write"`
@@ -105,6 +122,9 @@ func parseEntity(b []byte) (entity, error) {
 	}
 	if n, ok := int64Prop(raw.TTLms); ok && n > 0 {
 		e.ttl = time.Duration(n) * time.Millisecond
+	}
+	if n, ok := int64Prop(raw.DelayMs); ok && n > 0 {
+		e.delay = time.Duration(n) * time.Millisecond
 	}
 	if raw.Meta != "" {
 		var m map[string]string
@@ -140,6 +160,15 @@ func (e *entity) holdFor(fallback time.Duration) time.Duration {
 		return e.ttl
 	}
 	return fallback
+}
+
+// blockFor returns how long a contender must see the entity unchanged
+// before the key is free: holdFor, then the holder's lock-delay.
+func (e *entity) blockFor(fallback time.Duration) time.Duration {
+	if testHookDelay == "ignore-delay" {
+		return e.holdFor(fallback)
+	}
+	return e.holdFor(fallback) + e.delay
 }
 
 // held reports whether the entity names a holder.

@@ -47,6 +47,17 @@
 // if the holder died long before; `fence status` from a fresh process
 // cannot tell a dead holder from a live one (see docs/aztable.md).
 //
+// # Lock-delay
+//
+// A lease taken with a lock-delay (fence.WithLockDelay) carries it in the
+// entity (DelayMs). A contender then takes a held entity only once it has
+// seen it unchanged for the holder's TTL and the delay after it; until
+// then Inspect and List show the lost holder, ExpiresIn the time until
+// the key is free. The holder's claim refuses to renew or release once its
+// TTL has passed since it sent its last write that landed: no contender
+// can have judged the lease over before that, and after it a release
+// would lift the delay. A release before it frees the key at once.
+//
 // The Table service has no notifications, so a waiting Acquire polls, one
 // read per attempt, with the Client's jittered backoff.
 //
@@ -83,10 +94,15 @@ type Store struct {
 }
 
 var (
-	_ fence.Driver    = (*Store)(nil)
-	_ fence.Inspector = (*Store)(nil)
-	_ fence.Lister    = (*Store)(nil)
+	_ fence.Driver      = (*Store)(nil)
+	_ fence.Inspector   = (*Store)(nil)
+	_ fence.Lister      = (*Store)(nil)
+	_ fence.LockDelayer = (*Store)(nil)
 )
+
+// SupportsLockDelay implements fence.LockDelayer: the Store keeps the
+// lock-delay of locks in their entity.
+func (s *Store) SupportsLockDelay(k fence.Kind) bool { return k == fence.KindLock }
 
 // New returns a Store that keeps its leases in the table t names, created
 // on first use if it does not exist. Dedicate the table to fence, and give
@@ -133,6 +149,10 @@ var settleTimeout = 10 * time.Second
 // writes, to provoke the races the If-Match guards against.
 var testHookRead func(key string)
 
+// Test hook: names a broken lock-delay mode (SetDelayMutant), for the
+// mutant tests that show the lock-delay tests can fail.
+var testHookDelay string
+
 // read returns key's entity, its ETag and the store's clock as the
 // response tells it; found false if there is no such entity (or table).
 func (s *Store) read(ctx context.Context, key string) (e entity, etag azcore.ETag, now *time.Time, found bool, err error) {
@@ -167,12 +187,24 @@ func (s *Store) watch(name string, etag azcore.ETag, ttl time.Duration, at time.
 // forget drops what the Store saw of name's entity.
 func (s *Store) forget(name string) { s.seen.Forget(name) }
 
+// watchHeld is watch for a held entity e: it returns what is left, as this
+// Store can tell, of the key's block (the lease, then its lock-delay) and
+// of the lease alone. blocked <= 0: the key is free; lease <= 0 < blocked:
+// the lease is over, its lock-delay runs.
+func (s *Store) watchHeld(name string, e *entity, etag azcore.ETag, fallback time.Duration) (blocked, lease time.Duration) {
+	blocked = s.watch(name, etag, e.blockFor(fallback), time.Now())
+	if testHookDelay == "resume-in-delay" {
+		return blocked, blocked
+	}
+	return blocked, blocked - e.delay
+}
+
 // TryAcquire makes one attempt to take req.Key's entity for req.Owner and
 // issue the next token. See the package documentation for the steps.
 func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	op := "fenceaztable: acquire " + strconv.Quote(req.Key)
 	name := PartitionKey(req.Key)
-	want := entity{key: req.Key, owner: req.Owner, ttl: ttlMillis(req.TTL), meta: req.Meta}
+	want := entity{key: req.Key, owner: req.Owner, ttl: ttlMillis(req.TTL), delay: delayMillis(req), meta: req.Meta}
 	// Fail on oversized holder metadata before sending anything.
 	if _, err := want.marshal(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -183,8 +215,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			return nil, azkit.Err(op+": read", err)
 		}
 		if found && cur.held() {
-			left := s.watch(name, etag, cur.holdFor(req.TTL), time.Now())
-			if left > 0 {
+			if left, _ := s.watchHeld(name, &cur, etag, req.TTL); left > 0 {
 				h := cur.holder(req.Key, left)
 				return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 			}
@@ -197,6 +228,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			testHookRead(req.Key)
 		}
 		var tag azcore.ETag
+		sent := time.Now()
 		if found {
 			tag, err = s.replace(ctx, &want, etag)
 		} else {
@@ -223,7 +255,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			return nil, azkit.Err(op+": write", err)
 		}
 		s.forget(name)
-		return &claim{s: s, e: want, etag: tag}, nil
+		return &claim{s: s, e: want, etag: tag, until: sent.Add(req.TTL)}, nil
 	}
 	// Every read was overtaken by another writer: the key is busy.
 	return nil, &fence.HeldError{Key: req.Key}
@@ -317,7 +349,18 @@ type claim struct {
 	s        *Store
 	e        entity
 	etag     azcore.ETag
+	until    time.Time // the lease's end: the TTL from sending the last write that landed
 	released bool
+}
+
+// ended returns an error matching fence.ErrNotHeld if the lease has a
+// lock-delay and has ended: a renewal or a release now would cut the delay
+// short for a contender that has watched the entity for the TTL.
+func (c *claim) ended(op string) error {
+	if c.e.delay <= 0 || time.Now().Before(c.until) || testHookDelay == "release-after-end" {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: the lease ended; its lock-delay runs on", op, fence.ErrNotHeld)
 }
 
 func (c *claim) Token() int64 { return c.e.token }
@@ -330,9 +373,12 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	if c.released {
 		return fmt.Errorf("%s: %w: released", op, fence.ErrNotHeld)
 	}
+	if err := c.ended(op); err != nil {
+		return err
+	}
 	next := c.e
 	next.ttl = ttlMillis(ttl)
-	return c.write(ctx, op, next)
+	return c.write(ctx, op, next, ttl)
 }
 
 // Release writes the entity with the holder cleared (and the counter
@@ -342,8 +388,11 @@ func (c *claim) Release(ctx context.Context) error {
 	if c.released {
 		return fmt.Errorf("%s: %w: released", op, fence.ErrNotHeld)
 	}
+	if err := c.ended(op); err != nil {
+		return err
+	}
 	next := entity{key: c.e.key, token: c.e.token, ttl: c.e.ttl, released: c.e.owner}
-	err := c.write(ctx, op, next)
+	err := c.write(ctx, op, next, 0)
 	if err == nil {
 		c.released = true
 	}
@@ -363,7 +412,10 @@ func (c *claim) Release(ctx context.Context) error {
 // token, nobody else wrote it (owner ids are unique to one acquisition),
 // so the claim takes its ETag and writes again. The Client counted no
 // validity from the write it could not confirm.
-func (c *claim) write(ctx context.Context, op string, next entity) error {
+//
+// A write that lands moves the lease's end to ttl from its sending.
+func (c *claim) write(ctx context.Context, op string, next entity, ttl time.Duration) error {
+	sent := time.Now()
 	tag, err := c.s.replace(ctx, &next, c.etag)
 	if err != nil {
 		if t, ok := c.s.mine(ctx, &next); ok {
@@ -387,7 +439,7 @@ func (c *claim) write(ctx context.Context, op string, next entity) error {
 		}
 		return azkit.Err(op, err)
 	}
-	c.e, c.etag = next, tag
+	c.e, c.etag, c.until = next, tag, sent.Add(ttl)
 	return nil
 }
 
@@ -416,7 +468,8 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 		if !found || !cur.held() {
 			return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 		}
-		h := cur.holder(key, s.watch(PartitionKey(key), etag, cur.holdFor(fence.DefaultTTL), time.Now()))
+		left, _ := s.watchHeld(PartitionKey(key), &cur, etag, fence.DefaultTTL)
+		h := cur.holder(key, left)
 		if token != 0 && cur.token != token {
 			return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
 		}
@@ -442,7 +495,7 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 		return nil, fmt.Errorf("fenceaztable: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}
 	op := "fenceaztable: resume " + strconv.Quote(req.Key)
-	want := entity{key: req.Key, owner: req.Owner, token: tok, ttl: ttlMillis(req.TTL), meta: req.Meta}
+	want := entity{key: req.Key, owner: req.Owner, token: tok, ttl: ttlMillis(req.TTL), delay: delayMillis(req), meta: req.Meta}
 	if _, err := want.marshal(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -454,14 +507,15 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 		if !found || !cur.held() {
 			return nil, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 		}
-		left := s.watch(PartitionKey(req.Key), etag, cur.holdFor(req.TTL), time.Now())
-		if left <= 0 {
+		left, lease := s.watchHeld(PartitionKey(req.Key), &cur, etag, req.TTL)
+		if lease <= 0 {
 			return nil, fmt.Errorf("%s: %w: its holder has not renewed for its TTL", op, fence.ErrNotHeld)
 		}
 		if cur.owner != req.Owner || cur.token != tok {
 			h := cur.holder(req.Key, left)
 			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 		}
+		sent := time.Now()
 		tag, err := s.replace(ctx, &want, etag)
 		if err != nil {
 			if azkit.Conflict(err) {
@@ -470,7 +524,7 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 			return nil, azkit.Err(op, err)
 		}
 		s.forget(PartitionKey(req.Key))
-		return &claim{s: s, e: want, etag: tag}, nil
+		return &claim{s: s, e: want, etag: tag, until: sent.Add(req.TTL)}, nil
 	}
 	return nil, fmt.Errorf("%s: the entity keeps changing under the resume", op)
 }

@@ -36,6 +36,7 @@ func harness() recordtest.Harness[*fenceaztable.Store] {
 		},
 		SetTestHook:      fenceaztable.SetTestHook,
 		SetSettleTimeout: fenceaztable.SetSettleTimeout,
+		SetDelayMutant:   fenceaztable.SetDelayMutant,
 		MetadataTooLarge: 40000,
 		NoTable: func(ctx context.Context, s *fenceaztable.Store) error {
 			_, err := s.Table().NewListEntitiesPager(nil).NextPage(ctx)

@@ -17,9 +17,10 @@ import (
 
 // Inspect returns the holder of key, or an error matching fence.ErrNotHeld
 // if its entity names none, or names one this Store has seen write
-// nothing for its full TTL. It costs one request. ExpiresIn is what is
-// left of the lease as this Store watched it: the holder's TTL on the
-// first look at a write, less after.
+// nothing for its full TTL and lock-delay. It costs one request.
+// ExpiresIn is what is left, as this Store watched it, until the key is
+// free: the holder's TTL (and lock-delay) on the first look at a write,
+// less after; during a lock-delay the lost holder is still shown.
 func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	if err := fence.ValidateKey(key); err != nil {
 		return fence.Holder{}, err
@@ -34,7 +35,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	case !cur.held():
 		return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 	}
-	left := s.watch(PartitionKey(key), etag, cur.holdFor(fence.DefaultTTL), time.Now())
+	left, _ := s.watchHeld(PartitionKey(key), &cur, etag, fence.DefaultTTL)
 	if left <= 0 {
 		return fence.Holder{}, fmt.Errorf("%s: %w: its holder has not renewed for its TTL (%v)", op, fence.ErrNotHeld, cur.ttl)
 	}
@@ -44,7 +45,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 // List returns the holders of the held keys that start with prefix,
 // sorted by key. It queries the table for the entities that name a
 // holder: one request per 1,000 of them. Like Inspect, it leaves out the
-// holders this Store has seen write nothing for their full TTL.
+// holders this Store has seen write nothing for their full TTL and
+// lock-delay.
 func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	filter := "Owner ne ''"
 	pager := s.t.NewListEntitiesPager(&aztables.ListEntitiesOptions{Filter: &filter})
@@ -64,7 +66,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 				continue
 			}
 			etag, _ := odataETag(raw)
-			left := e.holdFor(fence.DefaultTTL)
+			left := e.blockFor(fence.DefaultTTL)
 			if etag != "" {
 				left = s.watch(PartitionKey(e.key), etag, left, now)
 			}

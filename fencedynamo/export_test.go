@@ -46,3 +46,24 @@ func SetSettleTimeout(d time.Duration) (restore func()) {
 	settleTimeout = d
 	return func() { settleTimeout = old }
 }
+
+// SetDelayMutant makes every Store keep the lock-delay the broken way
+// mutant names, until restore is called:
+//
+//   - "ignore-delay": contenders take a key once its lease is over, as if
+//     the item carried no delay;
+//   - "release-after-end": a holder renews and releases after its lease
+//     ended, lifting the delay;
+//   - "resume-in-delay": Resume takes back a lease whose TTL has run out
+//     while its delay runs.
+//
+// Tests that set it must not run in parallel.
+func SetDelayMutant(mutant string) (restore func()) {
+	switch mutant {
+	case "ignore-delay", "release-after-end", "resume-in-delay":
+		testHookDelay = mutant
+	default:
+		panic("no mutant " + mutant)
+	}
+	return func() { testHookDelay = "" }
+}

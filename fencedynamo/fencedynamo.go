@@ -46,6 +46,17 @@
 // `fence status` from a fresh process cannot tell a dead holder from a
 // live one (see docs/dynamodb.md).
 //
+// # Lock-delay
+//
+// A lease taken with a lock-delay (fence.WithLockDelay) carries it in the
+// item (delayms). A contender then takes a held item only once it has
+// seen it unchanged for the holder's TTL and the delay after it; until
+// then Inspect and List show the lost holder, ExpiresIn the time until
+// the key is free. The holder's claim refuses to renew or release once its
+// TTL has passed since it sent its last write that landed: no contender
+// can have judged the lease over before that, and after it a release
+// would lift the delay. A release before it frees the key at once.
+//
 // DynamoDB has no notifications, so a waiting Acquire polls, one read per
 // attempt, with the Client's jittered backoff.
 //
@@ -82,10 +93,15 @@ type Store struct {
 }
 
 var (
-	_ fence.Driver    = (*Store)(nil)
-	_ fence.Inspector = (*Store)(nil)
-	_ fence.Lister    = (*Store)(nil)
+	_ fence.Driver      = (*Store)(nil)
+	_ fence.Inspector   = (*Store)(nil)
+	_ fence.Lister      = (*Store)(nil)
+	_ fence.LockDelayer = (*Store)(nil)
 )
+
+// SupportsLockDelay implements fence.LockDelayer: the Store keeps the
+// lock-delay of locks in their item.
+func (s *Store) SupportsLockDelay(k fence.Kind) bool { return k == fence.KindLock }
 
 // Option configures a Store.
 type Option func(*Store)
@@ -141,6 +157,10 @@ var testHookRead func(key string)
 // show the expiry tests can fail.
 var testHookWatch func(b *sighting.Book, name string, it *item, ttl time.Duration, at time.Time) time.Duration
 
+// Test hook: names a broken lock-delay mode (SetDelayMutant), for the
+// mutant tests that show the lock-delay tests can fail.
+var testHookDelay string
+
 // read returns key's item and the store's clock as the response tells it;
 // found false if there is no such item.
 func (s *Store) read(ctx context.Context, key string) (it item, now time.Time, found bool, err error) {
@@ -182,6 +202,18 @@ func (s *Store) watch(name string, it *item, ttl time.Duration, at time.Time) ti
 	return s.seen.Left(name, it.rv, ttl, at)
 }
 
+// watchHeld is watch for a held item: it returns what is left, as this
+// Store can tell, of the key's block (the lease, then its lock-delay) and
+// of the lease alone. blocked <= 0: the key is free; lease <= 0 < blocked:
+// the lease is over, its lock-delay runs.
+func (s *Store) watchHeld(name string, it *item, fallback time.Duration) (blocked, lease time.Duration) {
+	blocked = s.watch(name, it, it.blockFor(fallback), time.Now())
+	if testHookDelay == "resume-in-delay" {
+		return blocked, blocked
+	}
+	return blocked, blocked - it.delay
+}
+
 // TryAcquire makes one attempt to take req.Key's item for req.Owner and
 // issue the next token. See the package documentation for the steps.
 func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
@@ -197,8 +229,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			return nil, storageErr(op+": read", s.table, err)
 		}
 		if found && cur.held() {
-			left := s.watch(name, &cur, cur.holdFor(req.TTL), time.Now())
-			if left > 0 {
+			if left, _ := s.watchHeld(name, &cur, req.TTL); left > 0 {
 				h := cur.holder(req.Key, left)
 				return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 			}
@@ -210,7 +241,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			}
 			continue
 		}
-		want := item{key: req.Key, owner: req.Owner, ttl: ttlMillis(req.TTL), meta: req.Meta, rv: newRV()}
+		want := item{key: req.Key, owner: req.Owner, ttl: ttlMillis(req.TTL), delay: delayMillis(req), meta: req.Meta, rv: newRV()}
 		want.token, err = nextToken(cur.token, now)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
@@ -218,6 +249,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		if testHookRead != nil {
 			testHookRead(req.Key)
 		}
+		sent := time.Now()
 		if found {
 			err = s.put(ctx, &want, &cur)
 		} else {
@@ -242,7 +274,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 			return nil, storageErr(op+": write", s.table, err)
 		}
 		s.seen.Forget(name)
-		return &claim{s: s, it: want}, nil
+		return &claim{s: s, it: want, until: sent.Add(req.TTL)}, nil
 	}
 	// Every read was overtaken by another writer: the key is busy.
 	return nil, &fence.HeldError{Key: req.Key}
@@ -312,7 +344,18 @@ func (s *Store) abandon(ctx context.Context, it *item) {
 type claim struct {
 	s        *Store
 	it       item
+	until    time.Time // the lease's end: the TTL from sending the last write that landed
 	released bool
+}
+
+// ended returns an error matching fence.ErrNotHeld if the lease has a
+// lock-delay and has ended: a renewal or a release now would cut the delay
+// short for a contender that has watched the item for the TTL.
+func (c *claim) ended(op string) error {
+	if c.it.delay <= 0 || time.Now().Before(c.until) || testHookDelay == "release-after-end" {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: the lease ended; its lock-delay runs on", op, fence.ErrNotHeld)
 }
 
 func (c *claim) Token() int64 { return c.it.token }
@@ -325,10 +368,13 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	if c.released {
 		return fmt.Errorf("%s: %w: released", op, fence.ErrNotHeld)
 	}
+	if err := c.ended(op); err != nil {
+		return err
+	}
 	next := c.it
 	next.ttl = ttlMillis(ttl)
 	next.rv = newRV()
-	return c.write(ctx, op, next)
+	return c.write(ctx, op, next, ttl)
 }
 
 // Release writes the item with the holder cleared (and the counter kept),
@@ -338,8 +384,11 @@ func (c *claim) Release(ctx context.Context) error {
 	if c.released {
 		return fmt.Errorf("%s: %w: released", op, fence.ErrNotHeld)
 	}
+	if err := c.ended(op); err != nil {
+		return err
+	}
 	next := item{key: c.it.key, token: c.it.token, ttl: c.it.ttl, released: c.it.owner, rv: newRV()}
-	err := c.write(ctx, op, next)
+	err := c.write(ctx, op, next, 0)
 	if err == nil {
 		c.released = true
 	}
@@ -361,7 +410,10 @@ func (c *claim) Release(ctx context.Context) error {
 // so the claim takes its version and writes again. The Client counted no
 // validity from the write it could not confirm, so nothing is trusted
 // that the holder did not see.
-func (c *claim) write(ctx context.Context, op string, next item) error {
+//
+// A write that lands moves the lease's end to ttl from its sending.
+func (c *claim) write(ctx context.Context, op string, next item, ttl time.Duration) error {
+	sent := time.Now()
 	err := c.s.put(ctx, &next, &c.it)
 	if err != nil && c.s.mine(ctx, &next) {
 		err = nil // the SDK retried a write that had landed
@@ -381,7 +433,7 @@ func (c *claim) write(ctx context.Context, op string, next item) error {
 		}
 		return storageErr(op, c.s.table, err)
 	}
-	c.it = next
+	c.it, c.until = next, sent.Add(ttl)
 	return nil
 }
 
@@ -411,7 +463,8 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 		if !found || !cur.held() {
 			return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 		}
-		h := cur.holder(key, s.watch(name, &cur, cur.holdFor(fence.DefaultTTL), time.Now()))
+		left, _ := s.watchHeld(name, &cur, fence.DefaultTTL)
+		h := cur.holder(key, left)
 		if token != 0 && cur.token != token {
 			return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
 		}
@@ -449,15 +502,16 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 		if !found || !cur.held() {
 			return nil, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 		}
-		left := s.watch(name, &cur, cur.holdFor(req.TTL), time.Now())
-		if left <= 0 {
+		left, lease := s.watchHeld(name, &cur, req.TTL)
+		if lease <= 0 {
 			return nil, fmt.Errorf("%s: %w: its holder has not renewed for its TTL", op, fence.ErrNotHeld)
 		}
 		if cur.owner != req.Owner || cur.token != tok {
 			h := cur.holder(req.Key, left)
 			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 		}
-		want := item{key: req.Key, owner: req.Owner, token: tok, ttl: ttlMillis(req.TTL), meta: req.Meta, rv: newRV()}
+		want := item{key: req.Key, owner: req.Owner, token: tok, ttl: ttlMillis(req.TTL), delay: delayMillis(req), meta: req.Meta, rv: newRV()}
+		sent := time.Now()
 		err = s.put(ctx, &want, &cur)
 		if err != nil && s.mine(ctx, &want) {
 			err = nil // the SDK retried a write that had landed
@@ -469,7 +523,7 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 			return nil, storageErr(op, s.table, err)
 		}
 		s.seen.Forget(name)
-		return &claim{s: s, it: want}, nil
+		return &claim{s: s, it: want, until: sent.Add(req.TTL)}, nil
 	}
 	return nil, fmt.Errorf("%s: the item keeps changing under the resume", op)
 }

@@ -43,6 +43,7 @@ func harness() recordtest.Harness[*fencedynamo.Store] {
 		},
 		SetTestHook:      fencedynamo.SetTestHook,
 		SetSettleTimeout: fencedynamo.SetSettleTimeout,
+		SetDelayMutant:   fencedynamo.SetDelayMutant,
 		MetadataTooLarge: 400000,
 		NoTable: func(ctx context.Context, s *fencedynamo.Store) error {
 			_, err := s.Client().DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: ptr(s.Table())})

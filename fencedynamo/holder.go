@@ -18,9 +18,10 @@ import (
 
 // Inspect returns the holder of key, or an error matching fence.ErrNotHeld
 // if its item names none, or names one this Store has seen write nothing
-// for its full TTL. It costs one strongly consistent read. ExpiresIn is
-// what is left of the lease as this Store watched it: the holder's TTL on
-// the first look at a write, less after.
+// for its full TTL and lock-delay. It costs one strongly consistent read.
+// ExpiresIn is what is left, as this Store watched it, until the key is
+// free: the holder's TTL (and lock-delay) on the first look at a write,
+// less after; during a lock-delay the lost holder is still shown.
 func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	if err := fence.ValidateKey(key); err != nil {
 		return fence.Holder{}, err
@@ -35,7 +36,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	case !cur.held():
 		return fence.Holder{}, fmt.Errorf("%s: %w", op, fence.ErrNotHeld)
 	}
-	left := s.watch(PartitionKey(key), &cur, cur.holdFor(fence.DefaultTTL), time.Now())
+	left, _ := s.watchHeld(PartitionKey(key), &cur, fence.DefaultTTL)
 	if left <= 0 {
 		return fence.Holder{}, fmt.Errorf("%s: %w: its holder has not renewed for its TTL (%v)", op, fence.ErrNotHeld, cur.ttl)
 	}
@@ -47,7 +48,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 // on the service to the items that name a holder): one request per 1 MB
 // of items read, every item's size counted against the table's read
 // throughput. Like Inspect, it leaves out the holders this Store has seen
-// write nothing for their full TTL.
+// write nothing for their full TTL and lock-delay.
 func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	in := &dynamodb.ScanInput{
 		TableName:                &s.table,
@@ -72,7 +73,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 			if !it.held() || !strings.HasPrefix(it.key, prefix) || fence.ValidateKey(it.key) != nil {
 				continue
 			}
-			left := it.holdFor(fence.DefaultTTL)
+			left := it.blockFor(fence.DefaultTTL)
 			if it.rv != "" {
 				left = s.watch(PartitionKey(it.key), &it, left, now)
 			}

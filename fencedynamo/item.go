@@ -22,6 +22,7 @@ import (
 //	owner     S: the holder's owner id; absent while the key is free
 //	ttlms     N: the holder's TTL in milliseconds
 //	meta      S: the holder's metadata, JSON; absent if none
+//	delayms   N: the holder's lock-delay in milliseconds; absent if none
 //	released  S: the owner id of the holder whose Release freed the key
 //	rv        S: the record version, random, new with every write
 //
@@ -33,6 +34,7 @@ type item struct {
 	token    int64
 	owner    string
 	ttl      time.Duration
+	delay    time.Duration
 	meta     map[string]string
 	released string
 	rv       string
@@ -46,6 +48,7 @@ const (
 	attrOwner    = "owner"
 	attrTTL      = "ttlms"
 	attrMeta     = "meta"
+	attrDelay    = "delayms"
 	attrReleased = "released"
 	attrRV       = "rv"
 )
@@ -96,6 +99,9 @@ func (it *item) marshal() (map[string]types.AttributeValue, error) {
 	if js != "" {
 		m[attrMeta] = &types.AttributeValueMemberS{Value: js}
 	}
+	if it.delay > 0 {
+		m[attrDelay] = &types.AttributeValueMemberN{Value: strconv.FormatInt(it.delay.Milliseconds(), 10)}
+	}
 	if it.released != "" {
 		m[attrReleased] = &types.AttributeValueMemberS{Value: it.released}
 	}
@@ -106,6 +112,15 @@ func (it *item) marshal() (map[string]types.AttributeValue, error) {
 // keeps a lease for less than the Client counts on.
 func ttlMillis(ttl time.Duration) time.Duration {
 	return (ttl + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// delayMillis returns req's lock-delay (locks only) in whole
+// milliseconds, rounded up: the store never keeps it shorter than asked.
+func delayMillis(req fence.Request) time.Duration {
+	if req.Kind != fence.KindLock || req.LockDelay <= 0 {
+		return 0
+	}
+	return ttlMillis(req.LockDelay)
 }
 
 // parseItem reads an item. A missing or bad token leaves token 0: the
@@ -120,6 +135,9 @@ func parseItem(m map[string]types.AttributeValue) item {
 	}
 	if n, err := strconv.ParseInt(num(m[attrTTL]), 10, 64); err == nil && n > 0 {
 		it.ttl = time.Duration(n) * time.Millisecond
+	}
+	if n, err := strconv.ParseInt(num(m[attrDelay]), 10, 64); err == nil && n > 0 {
+		it.delay = time.Duration(n) * time.Millisecond
 	}
 	if js := str(m[attrMeta]); js != "" {
 		var meta map[string]string
@@ -152,6 +170,15 @@ func (it *item) holdFor(fallback time.Duration) time.Duration {
 		return it.ttl
 	}
 	return fallback
+}
+
+// blockFor returns how long a contender must see the item unchanged
+// before the key is free: holdFor, then the holder's lock-delay.
+func (it *item) blockFor(fallback time.Duration) time.Duration {
+	if testHookDelay == "ignore-delay" {
+		return it.holdFor(fallback)
+	}
+	return it.holdFor(fallback) + it.delay
 }
 
 // held reports whether the item names a holder.

@@ -3,6 +3,7 @@ package fencek8s
 import (
 	"context"
 	"fmt"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,8 +23,8 @@ var (
 // in an update conditioned on the resourceVersion read: a write since
 // (the holder's renewal, a new holder) makes it fail, and Break looks
 // again. The Lease stays, with its token counter. A Lease this driver
-// has seen unchanged for a full lease duration has expired: nothing to
-// break.
+// has seen unchanged for a full lease duration and lock-delay has
+// expired: nothing to break; one in its lock-delay is freed.
 func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
 	name := Name(key)
 	for attempt := 0; ; attempt++ {
@@ -34,9 +35,12 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fencek8s: break %q: %w", key, err)
 		}
-		left := d.observe(l)
+		left, _, err := d.observe(l)
+		if err != nil {
+			return fence.Holder{}, fmt.Errorf("fencek8s: break %q: %w", key, err)
+		}
 		if left <= 0 {
-			return fence.Holder{}, fmt.Errorf("%w: %q expired: unchanged for its lease duration", fence.ErrNotHeld, key)
+			return fence.Holder{}, fmt.Errorf("%w: %q expired: unchanged for its lease duration and lock-delay", fence.ErrNotHeld, key)
 		}
 		h := d.holder(key, l, left)
 		if token != 0 && h.Token != token {
@@ -61,13 +65,14 @@ func released(l *coordinationv1.Lease) *coordinationv1.Lease {
 	l.Spec.LeaseDurationSeconds = ptr(int32(1))
 	l.Spec.RenewTime = &now
 	delete(l.Annotations, AnnotationMeta)
+	delete(l.Annotations, AnnotationLockDelay)
 	return l
 }
 
 // Resume implements fence.Resumer: it reads key's Lease and, if it names
-// req.Owner with tok and has not expired as this driver sees it,
-// renews it (renewTime, duration, metadata) in an update conditioned on
-// the resourceVersion read.
+// req.Owner with tok and has not expired as this driver sees it (a lease
+// in its lock-delay has), renews it (renewTime, duration, metadata,
+// lock-delay) in an update conditioned on the resourceVersion read.
 func (d *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence.Claim, error) {
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fencek8s: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
@@ -85,8 +90,11 @@ func (d *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 		if err != nil {
 			return nil, fmt.Errorf("fencek8s: resume %q: %w", req.Key, err)
 		}
-		left := d.observe(l)
-		if left <= 0 {
+		left, lease, err := d.observe(l)
+		if err != nil {
+			return nil, fmt.Errorf("fencek8s: resume %q: %w", req.Key, err)
+		}
+		if lease <= 0 {
 			return nil, fmt.Errorf("%w: %q expired: unchanged for its lease duration", fence.ErrNotHeld, req.Key)
 		}
 		if holderOf(l) != req.Owner || token(l) != tok {
@@ -96,13 +104,18 @@ func (d *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 		now := metav1.NowMicro()
 		n.Spec.RenewTime = &now
 		n.Spec.LeaseDurationSeconds = ptr(secs)
-		if len(req.Meta) > 0 && n.Annotations != nil {
+		if n.Annotations == nil {
+			n.Annotations = make(map[string]string)
+		}
+		if len(req.Meta) > 0 {
 			n.Annotations[AnnotationMeta] = metajson.Encode(req.Meta)
 		}
+		setLockDelay(n, req)
+		sent := time.Now()
 		got, err := d.leases.Update(ctx, n, metav1.UpdateOptions{})
 		if err == nil {
 			d.forget(name)
-			return &claim{d: d, key: req.Key, owner: req.Owner, token: tok, lease: got}, nil
+			return d.newClaim(req, tok, got, sent), nil
 		}
 		if !apierrors.IsConflict(err) || attempt == 5 {
 			return nil, fmt.Errorf("fencek8s: resume %q: %w", req.Key, err)

@@ -31,6 +31,22 @@
 //     released or deleted. An expiry writes nothing, so a waiter wakes for
 //     it at the time its own observation runs out (HeldError's ExpiresIn).
 //
+// # Lock-delay
+//
+// A lease taken with a lock-delay (fence.WithLockDelay) carries it in the
+// annotation "fencing.github.io/lock-delay", as milliseconds, ":", and the
+// owner id of the holder it belongs to. A fence contender takes a Lease
+// that names that holder only once it has seen it unchanged for
+// leaseDurationSeconds and the delay after it; until then Inspect and
+// List show the lost holder, ExpiresIn the time until the key is free.
+// The holder's claim refuses to renew or release once its TTL has passed
+// since it sent its last write that landed: no contender can have judged
+// the lease over before that, and after it a release would lift the
+// delay. client-go's electors know nothing of the annotation: they take
+// the Lease after leaseDurationSeconds, delay or not. An elector that
+// takes it keeps the annotation, which names another holder than the
+// elector, so fence contenders ignore it then.
+//
 // # Tokens
 //
 // The token of an acquisition is base + leaseTransitions, where base is an
@@ -102,6 +118,9 @@ const (
 	AnnotationTokenBase = "fencing.github.io/token-base"
 	// AnnotationMeta is the holder's metadata (Request.Meta) as JSON.
 	AnnotationMeta = "fencing.github.io/meta"
+	// AnnotationLockDelay is the holder's lock-delay: milliseconds, ":",
+	// and the owner id of the holder it belongs to.
+	AnnotationLockDelay = "fencing.github.io/lock-delay"
 )
 
 // maxTransitions is where a fence acquisition moves leaseTransitions into
@@ -118,11 +137,17 @@ type Store struct {
 }
 
 var (
-	_ fence.Driver    = (*Store)(nil)
-	_ fence.Watcher   = (*Store)(nil)
-	_ fence.Inspector = (*Store)(nil)
-	_ fence.Lister    = (*Store)(nil)
+	_ fence.Driver      = (*Store)(nil)
+	_ fence.Watcher     = (*Store)(nil)
+	_ fence.Inspector   = (*Store)(nil)
+	_ fence.Lister      = (*Store)(nil)
+	_ fence.LockDelayer = (*Store)(nil)
 )
+
+// SupportsLockDelay implements fence.LockDelayer: the Store keeps the
+// lock-delay of locks in their Lease, for fence contenders (see the
+// package documentation for client-go's electors).
+func (d *Store) SupportsLockDelay(k fence.Kind) bool { return k == fence.KindLock }
 
 // New returns a Store on the Leases of namespace, through cs. It needs
 // get, list, watch, create and update on leases there (delete only to let
@@ -194,21 +219,26 @@ func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	name := Name(req.Key)
 	for attempt := 0; ; attempt++ {
 		l, err := d.leases.Get(ctx, name, metav1.GetOptions{})
+		sent := time.Now() // the write's, no later than it is sent
 		switch {
 		case apierrors.IsNotFound(err):
 			l, err = d.leases.Create(ctx, d.take(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, req, secs), metav1.CreateOptions{})
 		case err != nil:
 		case holderOf(l) != "":
-			if left := d.observe(l); left > 0 {
+			left, _, oerr := d.observe(l)
+			if oerr != nil {
+				return nil, fmt.Errorf("fencek8s: acquire %q: %w", req.Key, oerr)
+			}
+			if left > 0 {
 				return nil, &fence.HeldError{Key: req.Key, Holder: ptr(d.holder(req.Key, l, left))}
 			}
-			fallthrough // seen unchanged for a full lease duration: expired
+			fallthrough // seen unchanged for a full lease duration (and delay): expired
 		default:
 			l, err = d.leases.Update(ctx, d.take(l.DeepCopy(), req, secs), metav1.UpdateOptions{})
 		}
 		if err == nil {
 			d.forget(name)
-			return &claim{d: d, key: req.Key, owner: req.Owner, token: token(l), lease: l}, nil
+			return d.newClaim(req, token(l), l, sent), nil
 		}
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("fencek8s: acquire %q: %w", req.Key, err)
@@ -251,6 +281,7 @@ func (d *Store) take(l *coordinationv1.Lease, req fence.Request, secs int32) *co
 	} else {
 		delete(l.Annotations, AnnotationMeta)
 	}
+	setLockDelay(l, req)
 	now := metav1.NowMicro()
 	l.Spec.HolderIdentity = ptr(req.Owner)
 	l.Spec.LeaseDurationSeconds = ptr(secs)
@@ -271,11 +302,59 @@ func tokenBase(l *coordinationv1.Lease) (int64, bool) {
 	return b, err == nil && b >= 0
 }
 
-// observe records that this driver read l and returns how much longer its
-// holder may hold it without writing it: the lease duration from the first
-// time this driver read l's resourceVersion.
-func (d *Store) observe(l *coordinationv1.Lease) time.Duration {
-	return d.seen.Left(l.Name, l.ResourceVersion, duration(l), time.Now())
+// observe records that this driver read l, held, and returns how much
+// longer l blocks its key without a write (blocked: the lease duration,
+// then its holder's lock-delay) and how much longer its holder may hold it
+// (lease: the lease duration alone), from the first time this driver read
+// l's resourceVersion. A malformed lock-delay annotation is an error: how
+// long the key is blocked is unknown.
+func (d *Store) observe(l *coordinationv1.Lease) (blocked, lease time.Duration, err error) {
+	delay, err := lockDelay(l)
+	if err != nil {
+		return 0, 0, err
+	}
+	if testHookDelay == "ignore-delay" {
+		delay = 0
+	}
+	blocked = d.seen.Left(l.Name, l.ResourceVersion, duration(l)+delay, time.Now())
+	if testHookDelay == "resume-in-delay" {
+		return blocked, blocked, nil
+	}
+	return blocked, blocked - delay, nil
+}
+
+// Test hook: names a broken lock-delay mode (SetDelayMutant), for the
+// mutant tests that show the lock-delay tests can fail.
+var testHookDelay string
+
+// setLockDelay sets l's lock-delay annotation to req's delay (locks only),
+// for req's owner, or removes it.
+func setLockDelay(l *coordinationv1.Lease, req fence.Request) {
+	if req.Kind != fence.KindLock || req.LockDelay <= 0 {
+		delete(l.Annotations, AnnotationLockDelay)
+		return
+	}
+	ms := (req.LockDelay + time.Millisecond - 1) / time.Millisecond // rounded up: never shorter than asked
+	l.Annotations[AnnotationLockDelay] = strconv.FormatInt(int64(ms), 10) + ":" + req.Owner
+}
+
+// lockDelay returns the lock-delay of l's holder: that of its annotation,
+// if the annotation names that holder (a client-go elector that took the
+// Lease keeps a former holder's annotation, and has no delay).
+func lockDelay(l *coordinationv1.Lease) (time.Duration, error) {
+	v, ok := l.Annotations[AnnotationLockDelay]
+	if !ok {
+		return 0, nil
+	}
+	ms, owner, found := strings.Cut(v, ":")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !found || err != nil || n < 0 || n > math.MaxInt64/int64(time.Millisecond) {
+		return 0, fmt.Errorf("lease %s: malformed annotation %s=%q: want milliseconds:owner", l.Name, AnnotationLockDelay, v)
+	}
+	if owner != holderOf(l) {
+		return 0, nil
+	}
+	return time.Duration(n) * time.Millisecond, nil
 }
 
 func (d *Store) forget(name string) { d.seen.Forget(name) }
@@ -304,9 +383,10 @@ func (d *Store) holder(key string, l *coordinationv1.Lease, left time.Duration) 
 }
 
 // Inspect implements fence.Inspector. A Lease that names a holder is held
-// until this driver has seen it unchanged for a full lease duration, as
-// for TryAcquire: its first Inspect of a Lease reports the whole duration
-// left, however long ago the holder last renewed.
+// until this driver has seen it unchanged for a full lease duration (and
+// its holder's lock-delay), as for TryAcquire: its first Inspect of a
+// Lease reports the whole duration left, however long ago the holder last
+// renewed. During a lock-delay it shows the lost holder.
 func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	l, err := d.leases.Get(ctx, Name(key), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || err == nil && holderOf(l) == "" {
@@ -315,16 +395,20 @@ func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fencek8s: inspect %q: %w", key, err)
 	}
-	left := d.observe(l)
+	left, _, err := d.observe(l)
+	if err != nil {
+		return fence.Holder{}, fmt.Errorf("fencek8s: inspect %q: %w", key, err)
+	}
 	if left <= 0 {
-		return fence.Holder{}, fmt.Errorf("%w: %q expired: unchanged for its lease duration", fence.ErrNotHeld, key)
+		return fence.Holder{}, fmt.Errorf("%w: %q expired: unchanged for its lease duration and lock-delay", fence.ErrNotHeld, key)
 	}
 	return d.holder(key, l, left), nil
 }
 
 // List implements fence.Lister: every Lease of the namespace that names a
 // holder, fence's or client-go's, whose key starts with prefix, but those
-// this driver has seen unchanged for a full lease duration (as Inspect).
+// this driver has seen unchanged for a full lease duration and lock-delay
+// (as Inspect).
 func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	var hs []fence.Holder
 	opts := metav1.ListOptions{Limit: 500}
@@ -336,7 +420,11 @@ func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 		for i := range list.Items {
 			l := &list.Items[i]
 			if k := keyOf(l); holderOf(l) != "" && strings.HasPrefix(k, prefix) {
-				if left := d.observe(l); left > 0 {
+				left, _, err := d.observe(l)
+				if err != nil {
+					return nil, fmt.Errorf("fencek8s: list: %w", err)
+				}
+				if left > 0 {
 					hs = append(hs, d.holder(k, l, left))
 				}
 			}

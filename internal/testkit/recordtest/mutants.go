@@ -84,6 +84,24 @@ func mutants[S Store](t *testing.T, h Harness[S]) map[string]Mutant[S] {
 			Why:   "did not run",
 		},
 	}
+	if h.SetDelayMutant == nil {
+		t.Fatal("the harness has no SetDelayMutant to show the lock-delay checks can fail")
+	}
+	delayMutant := func(mutant string) func(h *Harness[S]) func() {
+		return func(h *Harness[S]) func() { return h.SetDelayMutant(mutant) }
+	}
+	ms["lock-delay-ignored"] = Mutant[S]{
+		Set: delayMutant("ignore-delay"), Catch: []string{"LockDelayAfterWatch"},
+		Why: "took the key within its lock-delay",
+	}
+	ms["lock-delay-lifted-by-release"] = Mutant[S]{
+		Set: delayMutant("release-after-end"), Catch: []string{"LockDelayAfterWatch"},
+		Why: "the lost holder's Release within its lock-delay: <nil>",
+	}
+	ms["lock-delay-resumed"] = Mutant[S]{
+		Set: delayMutant("resume-in-delay"), Catch: []string{"LockDelayAfterWatch"},
+		Why: "Resume of a lease in its lock-delay: <nil>",
+	}
 	for name, m := range h.Mutants {
 		if _, dup := ms[name]; dup {
 			t.Fatalf("the store's mutant %q has the name of one of the suite's own", name)

@@ -62,6 +62,10 @@ type Harness[S Store] struct {
 	// SetSettleTimeout is the store's SetSettleTimeout: how long the read
 	// that settles a write whose answer was lost may take.
 	SetSettleTimeout func(d time.Duration) (restore func())
+	// SetDelayMutant is the store's SetDelayMutant: it breaks the
+	// lock-delay of every Store the way mutant names ("ignore-delay",
+	// "release-after-end", "resume-in-delay"), until restore is called.
+	SetDelayMutant func(mutant string) (restore func())
 	// MetadataTooLarge is a size of metadata, in bytes, that the store
 	// refuses before it sends anything.
 	MetadataTooLarge int
@@ -117,6 +121,7 @@ func Run[S Store](t *testing.T, h Harness[S]) {
 	t.Run("CancelledAcquireLeavesNothing", x.cancelledAcquireLeavesNothing)
 	t.Run("RetriedWriteThatLanded", x.retriedWriteThatLanded)
 	t.Run("UnsettledWriteThatLanded", x.unsettledWriteThatLanded)
+	t.Run("LockDelayAfterWatch", x.lockDelayAfterWatch)
 	if os.Getenv(envMutant) == "" {
 		name := t.Name()
 		t.Run("Mutants", func(t *testing.T) { catchMutants(t, name, mutants(t, h)) })
@@ -769,5 +774,95 @@ func (x *suite[S]) unsettledWriteThatLanded(t *testing.T) {
 	}
 	if err := c.Release(ctx); err != nil {
 		t.Errorf("Release: %v", err)
+	}
+}
+
+// lockDelayAfterWatch is LockDelayAfterWatch on two Stores of one table.
+func (x *suite[S]) lockDelayAfterWatch(t *testing.T) {
+	connect := x.server(t)
+	LockDelayAfterWatch(t, x.open(t, connect), x.open(t, connect), x.TTL, x.TTL, x.Record)
+}
+
+// Watcher is a driver that judges expiry by watching a key's record and
+// can show its holder.
+type Watcher interface {
+	fence.Driver
+	fence.Inspector
+}
+
+// LockDelayAfterWatch checks the lock-delay of a record-version store
+// (here s and other, two drivers on one store, each with its own watch):
+// a lease with a lock-delay that ends without a release keeps its key
+// from a contender that has watched its record for the whole TTL, until
+// the delay has run too; meanwhile the contender's Inspect shows the lost
+// holder, and the lost holder can neither release the key (lifting the
+// delay), renew nor resume its lease. ttl is the lease's TTL, hold how
+// long the record tells contenders to watch it (ttl, or more), record
+// the store's word for a key's record.
+func LockDelayAfterWatch(t *testing.T, s, other Watcher, ttl, hold time.Duration, record string) {
+	ctx := testCtx(t)
+	delay := 2 * ttl
+	const key = "k"
+	req := fence.Request{Key: key, Owner: "owner-a", TTL: ttl, LockDelay: delay}
+	reqB := fence.Request{Key: key, Owner: "owner-b", TTL: ttl}
+	c, err := s.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := time.Now() // the contender's watch starts no sooner
+	if h, err := other.Inspect(ctx, key); err != nil || h.Owner != "owner-a" || h.ExpiresIn != hold+delay {
+		t.Errorf("Inspect of a new lease with a lock-delay: %+v, %v; want owner-a expiring in its TTL and delay (%v)", h, err, hold+delay)
+	}
+	inDelay := func(why string) {
+		t.Helper()
+		_, err := other.TryAcquire(ctx, reqB)
+		var held *fence.HeldError
+		if !errors.As(err, &held) || held.Holder == nil || held.Holder.Owner != "owner-a" ||
+			held.Holder.ExpiresIn <= 0 || held.Holder.ExpiresIn > delay {
+			t.Fatalf("%s: a contender that watched the %s for the TTL took the key within its lock-delay: %v (holder %+v); "+
+				"want a *HeldError naming owner-a, free within %v", why, record, err, held, delay)
+		}
+		h, err := other.Inspect(ctx, key)
+		if err != nil || h.Owner != "owner-a" || h.Token != c.Token() || h.ExpiresIn <= 0 || h.ExpiresIn > delay {
+			t.Errorf("%s: Inspect within the lock-delay: %+v, %v; want the lost holder, free within %v", why, h, err, delay)
+		}
+	}
+	// Past the TTL: the lease is over on every clock, and the contender
+	// has watched the record for all of it.
+	time.Sleep(time.Until(first.Add(hold + ttl/4)))
+	inDelay("a TTL after the contender's first look")
+	if err := c.Release(ctx); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("the lost holder's Release within its lock-delay: %v; want ErrNotHeld", err)
+	}
+	inDelay("after the lost holder's Release")
+	if err := c.Extend(ctx, ttl); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("the lost holder's Extend within its lock-delay: %v; want ErrNotHeld", err)
+	}
+	if r, ok := other.(fence.Resumer); ok {
+		if _, err := r.Resume(ctx, req, c.Token()); !errors.Is(err, fence.ErrNotHeld) {
+			t.Errorf("Resume of a lease in its lock-delay: %v; want ErrNotHeld", err)
+		}
+	}
+	inDelay("after the lost holder's Extend and Resume")
+
+	var got fence.Claim
+	for got == nil {
+		time.Sleep(100 * time.Millisecond)
+		got, err = other.TryAcquire(ctx, reqB)
+		if err != nil && !errors.Is(err, fence.ErrHeld) {
+			t.Fatal(err)
+		}
+		if took := time.Since(first); got == nil && took > hold+delay+5*time.Second {
+			t.Fatalf("key not taken %v after the contender's first look; its TTL and lock-delay are %v", took, hold+delay)
+		}
+	}
+	if took := time.Since(first); took < hold+delay {
+		t.Errorf("key taken %v after the contender's first look; want its TTL and lock-delay (%v) of watching", took, hold+delay)
+	}
+	if got.Token() <= c.Token() {
+		t.Errorf("token %d after the lock-delay is not greater than %d", got.Token(), c.Token())
+	}
+	if err := got.Release(ctx); err != nil {
+		t.Error(err)
 	}
 }
