@@ -17,10 +17,16 @@ type Breaker interface {
 	// is greater than the broken one. The broken holder's next Extend
 	// returns ErrNotHeld.
 	//
-	// If key is free (or its lease expired), Break returns an error
-	// matching ErrNotHeld; if it is held with another token, a
-	// *HeldError naming the holder where the store tells it. Either way
-	// it changes nothing.
+	// A lease that ended without a release and whose lock-delay still
+	// blocks the key (Request.LockDelay) counts as held: breaking it
+	// lifts the delay, the key is free at once. That is the operator's
+	// decision, as breaking a live lease is; stores that judge expiry on
+	// a contender's own clock could not tell the two apart at once.
+	//
+	// If key is free (or its lease expired and no delay blocks it), Break
+	// returns an error matching ErrNotHeld; if it is held with another
+	// token, a *HeldError naming the holder where the store tells it.
+	// Either way it changes nothing.
 	Break(ctx context.Context, key string, token int64) (Holder, error)
 }
 

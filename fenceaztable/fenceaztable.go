@@ -515,6 +515,9 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 			h := cur.holder(req.Key, left)
 			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 		}
+		// The lease keeps its lock-delay: a resume may lengthen it, never
+		// drop it.
+		want.delay = max(delayMillis(req), cur.delay)
 		sent := time.Now()
 		tag, err := s.replace(ctx, &want, etag)
 		if err != nil {

@@ -510,7 +510,10 @@ func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 			h := cur.holder(req.Key, left)
 			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 		}
-		want := item{key: req.Key, owner: req.Owner, token: tok, ttl: ttlMillis(req.TTL), delay: delayMillis(req), meta: req.Meta, rv: newRV()}
+		// The lease keeps its lock-delay: a resume may lengthen it, never
+		// drop it.
+		want := item{key: req.Key, owner: req.Owner, token: tok, ttl: ttlMillis(req.TTL), delay: max(delayMillis(req), cur.delay),
+			meta: req.Meta, rv: newRV()}
 		sent := time.Now()
 		err = s.put(ctx, &want, &cur)
 		if err != nil && s.mine(ctx, &want) {

@@ -110,6 +110,13 @@ func (d *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence
 		if len(req.Meta) > 0 {
 			n.Annotations[AnnotationMeta] = metajson.Encode(req.Meta)
 		}
+		// The lease keeps its lock-delay: a resume may lengthen it, never
+		// drop it.
+		had, err := lockDelay(l)
+		if err != nil {
+			return nil, fmt.Errorf("fencek8s: resume %q: %w", req.Key, err)
+		}
+		req.LockDelay = max(req.LockDelay, had)
 		setLockDelay(n, req)
 		sent := time.Now()
 		got, err := d.leases.Update(ctx, n, metav1.UpdateOptions{})

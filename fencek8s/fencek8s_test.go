@@ -101,7 +101,8 @@ func open(connect string) (fence.Driver, func() error, error) {
 // Lease is all the store keeps of a key, its token counter included.
 func TestConformance(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
-		TTL: ttl,
+		TTL:            ttl,
+		ContenderClock: true,
 		Setup: func(t *testing.T) fencetest.Store {
 			s := startKube(t)
 			leases := mustClientset(t, s).CoordinationV1().Leases(namespace)

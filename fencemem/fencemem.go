@@ -396,7 +396,7 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock()
-	e := s.live(key, now)
+	e := s.blocking(key, now) // a live lease, or one in its lock-delay
 	if e == nil {
 		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 	}

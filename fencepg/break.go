@@ -19,10 +19,10 @@ var (
 
 // Break implements fence.Breaker in lease mode, in one transaction: it
 // locks key's row (SELECT ... FOR UPDATE), and clears its owner if the
-// lease is live and its token is token (any, for 0), keeping the token
-// and announcing the release to waiters as a release does. A lease in
-// its lock-delay has ended: Break finds nothing to break (ErrNotHeld),
-// and the delay runs on. Session mode
+// lease is live, or in its lock-delay, and its token is token (any, for
+// 0), keeping the token and announcing the release to waiters as a
+// release does. Breaking a lease in its lock-delay lifts the delay
+// (fence.Breaker). Session mode
 // has no Break: its lock belongs to the holder's connection, which only
 // pg_terminate_backend could end, and that cannot compare a token.
 func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
@@ -31,17 +31,15 @@ func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.
 	}
 	L := d.ts.locks.quoted
 	var h fence.Holder
-	live, delayed := false, false
+	live := false // live, or in its lock-delay
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		var (
-			owner  *string
-			meta   []byte
-			left   int64
-			liveUS int64
+			owner *string
+			meta  []byte
+			left  int64
 		)
-		err := tx.QueryRow(ctx, `SELECT owner, token, meta, `+leftUS+`,
-			ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint
-			FROM `+L+` WHERE key = $1 FOR UPDATE`, key).Scan(&owner, &h.Token, &meta, &left, &liveUS)
+		err := tx.QueryRow(ctx, `SELECT owner, token, meta, `+leftUS+`
+			FROM `+L+` WHERE key = $1 FOR UPDATE`, key).Scan(&owner, &h.Token, &meta, &left)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -49,10 +47,6 @@ func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.
 			return err
 		}
 		h.Key, h.Owner, h.ExpiresIn = key, *owner, time.Duration(left)*time.Microsecond
-		if liveUS <= 0 {
-			delayed = true
-			return nil
-		}
 		live = true
 		if len(meta) > 0 {
 			_ = json.Unmarshal(meta, &h.Meta) // metadata is informational
@@ -67,9 +61,6 @@ func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.
 	switch {
 	case err != nil:
 		return fence.Holder{}, fmt.Errorf("fencepg: break %q: %w", key, err)
-	case delayed:
-		return fence.Holder{}, fmt.Errorf("%w: %q: the lease of %s expired; its lock-delay runs for %v",
-			fence.ErrNotHeld, key, h.Owner, h.ExpiresIn)
 	case !live:
 		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 	case token != 0 && h.Token != token:

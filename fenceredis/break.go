@@ -19,19 +19,14 @@ var (
 // breakScript deletes the lock if the counter (the lock's token while
 // the lock exists) is ARGV[1], or whatever its token for '0', and
 // announces the release like releaseScript. The counter stays, so the
-// next token is greater. A lease that has ended and stands only for its
-// lock-delay (its until name holds a time past) is not broken: the delay
-// runs on. KEYS: lock, counter, until. ARGV: token, channel. Reply: {1,
-// value, pttl, token} if broken, {2} if the lease ended in its
-// lock-delay, else heldReply (value false if free).
-var breakScript = redis.NewScript(heldReply + nowMs + `
+// next token is greater. A lease in its lock-delay is broken like a
+// live one, its until name with it: the key is free at once. KEYS: lock,
+// counter, until. ARGV: token, channel. Reply: {1, value, pttl, token} if
+// broken, else heldReply (value false if free).
+var breakScript = redis.NewScript(heldReply + `
 local value = redis.call('GET', KEYS[1])
 if not value then
   return held()
-end
-local untilv = redis.call('GET', KEYS[3])
-if untilv and tonumber(untilv) <= now_ms() then
-  return {2}
 end
 local token = redis.call('GET', KEYS[2]) or false
 if ARGV[1] ~= '0' and token ~= ARGV[1] then
@@ -97,9 +92,6 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 		strconv.FormatInt(token, 10), n.channel).Slice()
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fenceredis: break %q: %w", key, err)
-	}
-	if len(reply) == 1 && reply[0] == int64(2) {
-		return fence.Holder{}, fmt.Errorf("%w: %q: its lease has ended; its lock-delay runs on", fence.ErrNotHeld, key)
 	}
 	h, held, err := parseHolder(key, reply)
 	switch {

@@ -78,11 +78,12 @@ func TestLockDelayOutlivesTheLease(t *testing.T) {
 }
 
 // A resumed lease keeps the lock-delay it has in the store: once it runs
-// out, the key stays blocked for the delay; resumed or not, a lease that
-// has ended is neither resumed nor broken within its delay.
+// out, the key stays blocked for the delay, and is not resumed; a break
+// lifts the delay, leaving nothing but the counter.
 func TestResumeKeepsTheLockDelay(t *testing.T) {
 	ctx := testCtx(t)
-	s := mustOpen(t, connectSingle(testserver.Redis(t))).(*Store)
+	srv := testserver.Redis(t)
+	s := mustOpen(t, connectSingle(srv)).(*Store)
 	req := fence.Request{Key: "k", Owner: "o", TTL: time.Minute, LockDelay: time.Minute}
 	c, err := s.TryAcquire(ctx, req)
 	if err != nil {
@@ -108,10 +109,19 @@ func TestResumeKeepsTheLockDelay(t *testing.T) {
 	if _, err := s.Resume(ctx, resumed, c.Token()); !errors.Is(err, fence.ErrNotHeld) {
 		t.Errorf("resume within the delay: %v; want ErrNotHeld", err)
 	}
-	if _, err := s.Break(ctx, "k", c.Token()); !errors.Is(err, fence.ErrNotHeld) {
-		t.Errorf("break within the delay: %v; want ErrNotHeld", err)
+	if _, err := s.Break(ctx, "k", c.Token()+1); !errors.As(err, &held) {
+		t.Errorf("break with another token within the delay: %v; want a *HeldError", err)
 	}
-	if _, err := s.Break(ctx, "k", 0); !errors.Is(err, fence.ErrNotHeld) {
-		t.Errorf("break of any holder within the delay: %v; want ErrNotHeld", err)
+	// Breaking the lease in its delay lifts the delay, :until and all.
+	if h, err := s.Break(ctx, "k", 0); err != nil || h.Token != c.Token() {
+		t.Fatalf("break of any holder within the delay: %+v, %v; want o's lease broken", h, err)
 	}
+	if left, err := newRaw(t, connectSingle(srv)).leftovers(ctx, ""); err != nil || len(left) != 0 {
+		t.Errorf("left after the break: %q, %v; want nothing (but the counter, which is not a leftover)", left, err)
+	}
+	next, err := s.TryAcquire(ctx, fence.Request{Key: "k", Owner: "p", TTL: time.Second})
+	if err != nil || next.Token() <= c.Token() {
+		t.Fatalf("after the break: %v; want the key free, with a greater token", err)
+	}
+	next.Release(ctx)
 }

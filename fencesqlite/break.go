@@ -25,18 +25,18 @@ const (
 )
 
 // Break implements fence.Breaker in one write transaction: it reads
-// key's holder and clears it if its lease is live and its token is token
-// (any, for 0), keeping the token in the row. A lease in its lock-delay
-// has ended: Break finds nothing to break, and the delay runs on.
+// key's holder and clears it if its lease is live, or in its lock-delay,
+// and its token is token (any, for 0), keeping the token in the row.
+// Breaking a lease in its lock-delay lifts the delay (fence.Breaker).
 func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
 	var (
-		h            *fence.Holder
-		live, broken bool
+		h      *fence.Holder
+		broken bool
 	)
 	err := s.write(ctx, func(tx *sql.Tx, now int64) error {
 		var err error
-		h, live, err = holder(ctx, tx, key, now)
-		if err != nil || !live || (token != 0 && h.Token != token) {
+		h, _, err = holder(ctx, tx, key, now)
+		if err != nil || h == nil || (token != 0 && h.Token != token) {
 			return err
 		}
 		broken = true
@@ -48,11 +48,8 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 		return fence.Holder{}, fmt.Errorf("fencesqlite: break %q: %w", key, err)
 	case broken:
 		return *h, nil
-	case h != nil && live:
-		return fence.Holder{}, &fence.HeldError{Key: key, Holder: h}
 	case h != nil:
-		return fence.Holder{}, fmt.Errorf("%w: %q: the lease of %s expired; its lock-delay runs for %v",
-			fence.ErrNotHeld, key, h.Owner, h.ExpiresIn)
+		return fence.Holder{}, &fence.HeldError{Key: key, Holder: h}
 	}
 	return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 }

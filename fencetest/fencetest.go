@@ -125,7 +125,9 @@
 //     it: a lease ended without a release (its TTL run out, or its
 //     session killed) keeps the key from everyone for the delay after,
 //     no less (allowing for drift) and not much more; a released key is
-//     free at once. Other drivers must be refused WithLockDelay.
+//     free at once; within the delay, a resume of the lost lease is
+//     refused (ErrNotHeld) and a break of it lifts the delay. Other
+//     drivers must be refused WithLockDelay.
 //   - Break (Breaker), where the driver implements it: a break with a
 //     stale token changes nothing; one with the holder's token frees the
 //     key, the broken holder's renewal is refused, the next token is
@@ -186,6 +188,13 @@ type Config struct {
 	// SingleProcess says that the store lives in one process (fencemem):
 	// the checks that need several processes are skipped.
 	SingleProcess bool
+	// ContenderClock says that expiry is judged by each contender that
+	// watches a lease's record stay unchanged for the TTL on its own
+	// clock (Kubernetes, Azure Table, DynamoDB): a resume at a Client's
+	// first look cannot tell a lease that ended from a live one, so the
+	// LockDelay check does not ask a resume within the delay to be
+	// refused (docs/primitives.md, Resume).
+	ContenderClock bool
 }
 
 // Store is how the suite reaches a store that Setup prepared.

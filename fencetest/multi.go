@@ -198,11 +198,22 @@ func (s *suite) lockDelay(t *testing.T) {
 
 	start := time.Now()
 	l = mustAcquire(t, ctx, a, key, fence.WithLockDelay(delay), fence.WithoutRenewal())
+	// A second lease, lost the same way, is broken within its delay.
+	key2 := s.key(t, "broken")
+	var l2 *fence.Lease
+	if _, ok := a.Driver().(fence.Breaker); ok {
+		l2 = mustAcquire(t, ctx, a, key2, fence.WithLockDelay(delay), fence.WithoutRenewal())
+	}
 	var noticed time.Time // no later than the store noticed the loss
 	if s.cfg.SessionBound {
 		noticed = time.Now()
 		if err := s.store.KillSession(ctx, key, fence.KindLock); err != nil {
 			t.Fatalf("KillSession: %v", err)
+		}
+		if l2 != nil {
+			if err := s.store.KillSession(ctx, key2, fence.KindLock); err != nil {
+				t.Fatalf("KillSession: %v", err)
+			}
 		}
 	} else {
 		noticed = start.Add(s.cfg.TTL)
@@ -214,19 +225,29 @@ func (s *suite) lockDelay(t *testing.T) {
 	}
 	time.Sleep(time.Until(noticed.Add(delay / 2)))
 	// The lease has ended (delay/2 past its end in the store, well
-	// beyond any drift): neither a resume nor a break of it may revive
-	// it or lift the delay.
-	if _, ok := a.Driver().(fence.Resumer); ok {
-		if r, err := b.TryAcquire(ctx, key, fence.WithResume(l.Owner(), l.Token())); !errors.Is(err, fence.ErrNotHeld) {
+	// beyond any drift): a resume may neither revive it nor lift the
+	// delay.
+	if _, ok := a.Driver().(fence.Resumer); ok && !s.cfg.ContenderClock {
+		if r, err := a.TryAcquire(ctx, key, fence.WithResume(l.Owner(), l.Token())); !errors.Is(err, fence.ErrNotHeld) {
 			if err == nil {
 				r.Release(ctx)
 			}
 			t.Errorf("resume of a lease that ended uncleanly, within its lock-delay: %v; want ErrNotHeld", err)
 		}
 	}
-	if _, ok := a.Driver().(fence.Breaker); ok {
-		if _, err := b.Break(ctx, key, l.Token()); !errors.Is(err, fence.ErrNotHeld) {
-			t.Errorf("break of a lease that ended uncleanly, within its lock-delay: %v; want ErrNotHeld", err)
+	if l2 != nil {
+		// Breaking a lease in its lock-delay lifts the delay: the key is
+		// free at once, with a greater token.
+		broken, err := b.Break(ctx, key2, l2.Token())
+		if err != nil || broken.Token != l2.Token() {
+			t.Errorf("break of a lease in its lock-delay: %+v, %v; want the lost holder (token %d) broken", broken, err, l2.Token())
+		} else if got, err := b.TryAcquire(ctx, key2); err != nil {
+			t.Errorf("the key not free after its lease in its lock-delay was broken: %v", err)
+		} else {
+			if got.Token() <= l2.Token() {
+				t.Errorf("token %d after the break, not greater than the broken holder's %d", got.Token(), l2.Token())
+			}
+			mustRelease(t, ctx, got)
 		}
 	}
 	expectHeld(t, ctx, b, key, fmt.Sprintf("free within its lock-delay (%v after its lease ended uncleanly; delay %v)", time.Since(noticed), delay))

@@ -134,7 +134,8 @@ func Run[S Store](t *testing.T, h Harness[S]) {
 // bound to no session: no KillSession.
 func Conformance[S Store](t *testing.T, h Harness[S]) {
 	fencetest.Run(t, fencetest.Config{
-		TTL: h.TTL,
+		TTL:            h.TTL,
+		ContenderClock: true,
 		Setup: func(t *testing.T) fencetest.Store {
 			connect, _ := h.Server(t)
 			s := mustOpen(t, h, connect)
