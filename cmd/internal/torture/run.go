@@ -46,10 +46,29 @@ const (
 	// it down for 1.5 TTL and restarts it. Only for servers the tool
 	// started itself.
 	FaultRestart Fault = "restart"
+	// FaultRestartEmpty kills the store's server (or one member) while a
+	// worker holds a lease and starts it again at once with the data
+	// directory it had before fence used it: the store comes back empty
+	// within the holder's validity (the plan's TTL is raised above the
+	// server's start time where needed). Only for servers the tool
+	// started itself.
+	FaultRestartEmpty Fault = "restart-empty"
+	// FaultWipe removes the store's own state (a file store's files, the
+	// rows of an SQL store's tables, FLUSHALL, an etcd prefix, a NATS
+	// bucket) behind fence's back while a worker holds a lease; the store
+	// keeps running.
+	FaultWipe Fault = "wipe"
 )
 
 // Faults lists every fault plan, in the summary's order.
-var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart}
+var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart, FaultRestartEmpty, FaultWipe}
+
+// hitsStore reports whether the fault acts on the store itself (its
+// server or its data), and so on every plan running against it at the
+// time: such a plan runs alone.
+func (f Fault) hitsStore() bool {
+	return f == FaultRestart || f == FaultRestartEmpty || f == FaultWipe
+}
 
 // ParseFault returns the fault plan named s.
 func ParseFault(s string) (Fault, error) {
@@ -155,6 +174,9 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 	if cfg.TTL < store.minTTL {
 		cfg.TTL = store.minTTL
 	}
+	if cfg.Fault == FaultRestartEmpty && cfg.TTL < store.emptyTTL {
+		cfg.TTL = store.emptyTTL // the store must be back while the holder's lease is valid
+	}
 	// Room for one fault episode at least.
 	if min := store.holdTime(cfg.TTL) + 3*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
 		cfg.Duration = min
@@ -185,6 +207,9 @@ type plan struct {
 	nextID   int
 	acquired chan *slot // a worker in this slot just acquired
 	readers  sync.WaitGroup
+	// faultErr is why a fault could not be injected: the plan proves
+	// nothing then, and fails.
+	faultErr error
 }
 
 // slot is a place for one worker, with its own proxies to the store's
@@ -282,6 +307,9 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	readyCancel()
 	deadline := time.Now().Add(cfg.Duration)
 	p.faults(ctx, deadline)
+	if p.faultErr != nil {
+		return p.faultErr
+	}
 	for _, s := range p.slots {
 		for _, px := range s.proxies {
 			px.Heal()
@@ -628,8 +656,50 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			p.fault(desc, true)
 			wait(ttl)
 		}
+	case FaultRestartEmpty:
+		for time.Now().Before(fits()) {
+			p.drain()
+			if _, pr := p.holder(ctx, fits()); pr == nil {
+				break
+			}
+			wait(p.jitter(p.cfg.Work))
+			desc, err := p.store.restartEmpty(func(what string) { p.lossFault(what) })
+			if err != nil {
+				p.fault("restart failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("restart-empty: %w", err)
+				return
+			}
+			p.fault(desc, true)
+			wait(ttl)
+		}
+	case FaultWipe:
+		for time.Now().Before(fits()) {
+			p.drain()
+			if _, pr := p.holder(ctx, fits()); pr == nil {
+				break
+			}
+			wait(p.jitter(p.cfg.Work))
+			p.fault("wipe the store's state", false)
+			desc, err := p.store.wipe(ctx)
+			if err != nil {
+				p.fault("wipe failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("wipe: %w", err)
+				return
+			}
+			// The state is gone once the wipe returned.
+			p.record(Event{W: -1, Op: OpFault, Fault: desc, End: true, Loss: true})
+			wait(ttl)
+		}
 	}
 	wait(time.Until(deadline))
+}
+
+// lossFault starts a fault episode at the moment the store lost its state:
+// a lease granted before it may be granted again after it, while its
+// holder still believes in it for up to a TTL (see crashOverlap).
+func (p *plan) lossFault(desc string) {
+	p.record(Event{W: -1, Op: OpFault, Fault: desc, Loss: true})
+	fmt.Fprintf(p.cfg.Progress, "  %s %s: %s\n", p.store.Name, p.cfg.Fault, desc)
 }
 
 func (p *plan) nextProcID() int {
