@@ -115,12 +115,30 @@ type Config struct {
 	Seed         uint64
 	// Progress, if set, receives a line per fault injected.
 	Progress io.Writer
+
+	// guardWait, if set, is a wait in the postgres register's write
+	// between the guard's check and the write: a slow write.
+	guardWait time.Duration
+	// brokenGuard replaces fencepg's guard with a deliberately non-atomic
+	// one: it reads the highest token, waits guardWait, then writes its
+	// own unconditionally.
+	brokenGuard bool
+	// writeTimeout bounds each write; default the TTL.
+	writeTimeout time.Duration
+	// pauseAt, if set, is when after a grant the pause lands, instead of
+	// a random point in the first slow step.
+	pauseAt time.Duration
 }
 
 // Registers the workers can write to.
 const (
 	RegisterMemory   = "memory"
 	RegisterPostgres = "postgres"
+	// RegisterPostgresGuardOnly is the postgres register without the
+	// row lock each write takes before it calls the guard: only the guard
+	// serializes the writes of one key, so a guard that is not atomic
+	// with the write shows (see TestGuardOnlyRegister).
+	RegisterPostgresGuardOnly = "postgres-guard-only"
 )
 
 func (c *Config) defaults() {
@@ -251,7 +269,7 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	switch cfg.Register {
 	case RegisterMemory:
 		p.reg, err = newMemRegister(cfg.NoGuard)
-	case RegisterPostgres:
+	case RegisterPostgres, RegisterPostgresGuardOnly:
 		if cfg.RegisterDSN == "" {
 			return errors.New("the postgres register needs a PostgreSQL (Config.RegisterDSN)")
 		}
@@ -410,6 +428,9 @@ func (p *plan) spawn(s *slot) error {
 		Register: p.reg.ClientURL(s.regProxy.Addr()),
 		RegKind:  p.cfg.Register,
 		NoGuard:  p.cfg.NoGuard,
+		Wait:     p.cfg.guardWait,
+		Broken:   p.cfg.brokenGuard,
+		WriteFor: p.cfg.writeTimeout,
 		Keys:     p.keys,
 		TTL:      p.cfg.TTL,
 		Writes:   p.cfg.Writes,
@@ -590,7 +611,11 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			if pr == nil {
 				break
 			}
-			wait(p.jitter(p.cfg.Work / 2)) // into the slow step before a write
+			if p.cfg.pauseAt > 0 {
+				wait(p.cfg.pauseAt)
+			} else {
+				wait(p.jitter(p.cfg.Work / 2)) // into the slow step before a write
+			}
 			p.signal(pr, syscall.SIGSTOP)
 			p.fault(fmt.Sprintf("pause worker %d (SIGSTOP) for %v", pr.id, cut), false)
 			time.Sleep(cut)

@@ -82,7 +82,7 @@ func run(t *testing.T, s *Store, cfg Config) *Result {
 	if cfg.Register == "" {
 		cfg.Register = RegisterPostgres
 	}
-	if cfg.Register == RegisterPostgres {
+	if cfg.Register == RegisterPostgres || cfg.Register == RegisterPostgresGuardOnly {
 		dsn, err := registerDB()
 		switch {
 		case errors.Is(err, testserver.ErrUnavailable):
@@ -330,5 +330,35 @@ func TestWipeCatchesTokenReset(t *testing.T) {
 		logWorkers(t, r)
 		t.Fatalf("a store whose tokens restart at 1 after a wipe: OK %v, tokens went back %v, %d stale writes accepted, %d refused; want the reset caught, and refused by the guard (violations %q)",
 			r.OK(), went, r.StaleAccepted, r.StaleRefused, r.Violations)
+	}
+}
+
+// TestGuardOnlyRegister: with the postgres register's own row lock gone,
+// only the guard orders the writes of a key. fencepg's guard keeps the
+// pause plan clean; a deliberately non-atomic guard (it reads the highest
+// token, waits, then writes its own) lets a paused holder's write through
+// after a newer one: the plan fails. The worker's slow step is short, the
+// write waits after the guard's check, and the pause comes a moment after
+// the grant: it lands in that wait, the check done, the write to come.
+func TestGuardOnlyRegister(t *testing.T) {
+	s := openStore(t, "mem")
+	cfg := short(FaultPause, false)
+	cfg.Register = RegisterPostgresGuardOnly
+	cfg.Work = time.Millisecond
+	cfg.writeTimeout = 10 * cfg.TTL        // a paused write must not time out
+	cfg.guardWait = 150 * time.Millisecond // a slow write after the guard's check
+	cfg.pauseAt = 50 * time.Millisecond    // into that wait
+	r := run(t, s, cfg)
+	expectClean(t, r)
+
+	cfg.brokenGuard = true
+	r = run(t, s, cfg)
+	for try := 1; try < 3 && r.StaleAccepted == 0; try++ {
+		t.Logf("no pause landed in the broken guard's wait (%d overlaps); again", r.Overlaps)
+		r = run(t, s, cfg)
+	}
+	if r.StaleAccepted == 0 || r.OK() {
+		logWorkers(t, r)
+		t.Fatalf("guard-only register with a non-atomic guard: %d stale writes accepted, OK %v; want the race shown", r.StaleAccepted, r.OK())
 	}
 }
