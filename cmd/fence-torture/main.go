@@ -6,10 +6,12 @@
 // register with the lease's token, read it, release. Meanwhile it injects
 // the fault: SIGSTOP of a holder past its TTL, a network blackhole or delay
 // between a holder and the store (through a TCP fault proxy per worker),
-// SIGKILL of a holder, or a kill and restart of the store's server. Every
-// operation is recorded on the machine's monotonic clock and the history
-// checked with porcupine against a fenced-register model, and directly
-// (tokens only grow, no stale write accepted, no late grant reported held).
+// SIGKILL of a holder, a kill and restart of the store's server (with its
+// data, or empty within the holder's validity), or a wipe of the store's
+// own state behind fence's back. Every operation is recorded on the
+// machine's monotonic clock and the history checked with porcupine
+// against a fenced-register model, and directly (tokens only grow, no
+// stale write accepted, no late grant reported held).
 //
 //	fence-torture [--store file,mem,redis,...|URL] [--fault all|pause,...]
 //	              [--workers 3] [--writes 3] [--ttl 1s] [--duration 6s]
