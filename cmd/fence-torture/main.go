@@ -6,10 +6,12 @@
 // register with the lease's token, read it, release. Meanwhile it injects
 // the fault: SIGSTOP of a holder past its TTL, a network blackhole or delay
 // between a holder and the store (through a TCP fault proxy per worker),
-// SIGKILL of a holder, or a kill and restart of the store's server. Every
-// operation is recorded on the machine's monotonic clock and the history
-// checked with porcupine against a fenced-register model, and directly
-// (tokens only grow, no stale write accepted, no late grant reported held).
+// SIGKILL of a holder, a kill and restart of the store's server (with its
+// data, or empty within the holder's validity), or a wipe of the store's
+// own state behind fence's back. Every operation is recorded on the
+// machine's monotonic clock and the history checked with porcupine
+// against a fenced-register model, and directly (tokens only grow, no
+// stale write accepted, no late grant reported held).
 //
 //	fence-torture [--store file,mem,redis,...|URL] [--fault all|pause,...]
 //	              [--workers 3] [--writes 3] [--ttl 1s] [--duration 6s]
@@ -98,7 +100,7 @@ Flags:
 	fs.DurationVar(&o.cfg.Work, "work", 30*time.Millisecond, "the slow step between a worker's lease check and each write")
 	fs.BoolVar(&o.cfg.NoGuard, "no-guard", false, "writes bypass the fencing token check (shows what fencing prevents)")
 	fs.StringVar(&o.cfg.Register, "register", torture.RegisterPostgres,
-		"the fenced register: postgres (a table guarded by fencepg's guard) or memory (served by this process, guarded by a fence.MemoryGuard)")
+		"the fenced register: postgres (a table guarded by fencepg's guard), postgres-guard-only (the same without the register's own row lock: only the guard orders writes) or memory (served by this process, guarded by a fence.MemoryGuard)")
 	fs.StringVar(&o.cfg.RegisterDSN, "register-dsn", "", "PostgreSQL URL for the postgres register (default: start a private PostgreSQL)")
 	fs.StringVar(&o.cfg.HTMLDir, "html", ".", "directory for porcupine's visualization of a failing history")
 	fs.StringVar(&o.cfg.LogDir, "logs", "", "directory for the workers' logs (default: a new temporary directory)")
@@ -128,8 +130,8 @@ Flags:
 		}
 	}
 	switch {
-	case o.cfg.Register != torture.RegisterMemory && o.cfg.Register != torture.RegisterPostgres:
-		return nil, fmt.Errorf("--register %q: want postgres or memory", o.cfg.Register)
+	case o.cfg.Register != torture.RegisterMemory && o.cfg.Register != torture.RegisterPostgres && o.cfg.Register != torture.RegisterPostgresGuardOnly:
+		return nil, fmt.Errorf("--register %q: want postgres, postgres-guard-only or memory", o.cfg.Register)
 	case len(o.stores) == 0:
 		return nil, errors.New("no store given")
 	case o.cfg.Workers < 2:
@@ -170,7 +172,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	env := testserver.NewEnv("fence-torture", stderr)
 	defer env.Close()
-	if o.cfg.Register == torture.RegisterPostgres && o.cfg.RegisterDSN == "" {
+	if o.cfg.Register != torture.RegisterMemory && o.cfg.RegisterDSN == "" {
 		if o.cfg.RegisterDSN, err = torture.StartRegisterDB(env); err != nil {
 			fmt.Fprintf(stderr, "fence-torture: starting a PostgreSQL for the register (or use --register memory): %v\n", err)
 			return exitFailed

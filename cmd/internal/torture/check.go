@@ -139,11 +139,65 @@ type Result struct {
 // bound is unlimited, and the guard is what the plan checks. A fault not
 // listed here is not bounded.
 var overlapBound = map[Fault]int{
-	FaultNone:      0,
-	FaultBlackhole: 0,
-	FaultDelay:     0,
-	FaultKill:      0,
-	FaultRestart:   0,
+	FaultNone:         0,
+	FaultBlackhole:    0,
+	FaultDelay:        0,
+	FaultKill:         0,
+	FaultRestart:      0,
+	FaultRestartEmpty: 0, // beyond the overlaps crashOverlap explains
+	FaultWipe:         0, // likewise
+}
+
+// lossEpisode is a fault episode in which the store lost its state: from
+// its start to its end, with the moment the state was gone (Loss).
+type lossEpisode struct{ Start, Loss, End int64 }
+
+// lossEpisodes returns the episodes whose events mark a loss of the
+// store's state.
+func lossEpisodes(events []Event) []lossEpisode {
+	var out []lossEpisode
+	var cur *lossEpisode
+	for _, e := range events { // sorted by time
+		if e.Op != OpFault {
+			continue
+		}
+		if cur == nil {
+			cur = &lossEpisode{Start: e.T}
+		}
+		if e.Loss {
+			cur.Loss = e.T
+		}
+		if e.End {
+			cur.End = e.T
+			if cur.Loss != 0 {
+				out = append(out, *cur)
+			}
+			cur = nil
+		}
+	}
+	if cur != nil && cur.Loss != 0 {
+		cur.End = math.MaxInt64
+		out = append(out, *cur)
+	}
+	return out
+}
+
+// crashOverlap reports whether the overlap of older with newer is the one
+// a loss of the store's state makes, and no longer: older was granted
+// before the state was lost, newer after the episode began (the store no
+// longer knew older's lease, and granted the key again), and older's
+// belief ended within a TTL of the loss (its validity counts from a
+// renewal sent before the loss; a renewal after it must fail), plus the
+// lag of recording the loss. A driver that renewed a lease the store had
+// forgotten, or a holder that went on believing, overlaps longer and
+// fails the plan.
+func crashOverlap(older, newer leaseSpan, episodes []lossEpisode, ttl time.Duration) bool {
+	for _, ep := range episodes {
+		if older.From < ep.Loss && newer.From > ep.Start && older.To <= ep.Loss+int64(ttl+overlapSlack(ttl)) {
+			return true
+		}
+	}
+	return false
 }
 
 // overlapSlack is how long an overlap may last before it counts against
@@ -262,11 +316,12 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 	// not count against the fault's bound.
 	long := 0
 	slack := int64(overlapSlack(r.TTL))
+	episodes := lossEpisodes(events)
 	for i, a := range acquires {
-		for _, b := range acquires[i+1:] {
+		for _, b := range acquires[i+1:] { // a.From <= b.From
 			if a.Key == b.Key && a.W != b.W && b.From < a.To && a.From < b.To {
 				r.Overlaps++
-				if min(a.To, b.To)-max(a.From, b.From) > slack {
+				if min(a.To, b.To)-max(a.From, b.From) > slack && !crashOverlap(a, b, episodes, r.TTL) {
 					long++
 				}
 			}

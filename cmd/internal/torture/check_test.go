@@ -202,3 +202,40 @@ func TestAnalyzeOverlapEnds(t *testing.T) {
 		t.Fatalf("overlaps %d, losses %d, violations %q", r.Overlaps, r.Losses, r.Violations)
 	}
 }
+
+// TestCrashOverlap: under a fault that loses the store's state, an
+// overlap is allowed only when the older lease was granted before the loss,
+// the newer after the episode began, and the older holder stopped
+// believing within a TTL (plus the slack) of the loss; any other overlap
+// fails the plan, as under every fault but pause.
+func TestCrashOverlap(t *testing.T) {
+	// pause(): A holds 33 from 1 ms, B is granted 34 at 11 ms, A's release
+	// call at 18 ms ends A's belief.
+	for _, c := range []struct {
+		name             string
+		start, loss, end int64 // ms; the loss event is the start's or the end's
+		ttl              time.Duration
+		want             bool // flagged
+	}{
+		{"loss at 5ms, TTL 20ms: A stopped within it", 5, 5, 9, 20 * time.Millisecond, false},
+		{"loss at the wipe's end", 4, 9, 9, 20 * time.Millisecond, false},
+		{"loss at 5ms, TTL 10ms: A believed 2ms too long", 5, 5, 9, 10 * time.Millisecond, true},
+		{"episode after B's grant", 12, 12, 14, 20 * time.Millisecond, true},
+		{"A granted after the loss", 0, 0, 1, 50 * time.Millisecond, true},
+	} {
+		for _, f := range []Fault{FaultRestartEmpty, FaultWipe} {
+			h := pause(ResStale)
+			events := append([]Event(nil), h.events...)
+			events = append(events, Event{W: -1, Op: OpFault, T: c.start * 1e6, Loss: c.loss == c.start})
+			events = append(events, Event{W: -1, Op: OpFault, T: c.end * 1e6, End: true, Loss: c.loss != c.start})
+			r := &Result{Fault: f, TTL: c.ttl}
+			analyze(r, events, []Applied{{Key: "k", Token: 34, Accepted: true}, {Key: "k", Token: 33, Highest: 34}}, 1e6*1e6, 10*time.Second)
+			if r.Overlaps != 1 {
+				t.Fatalf("%s: %d overlaps, want 1", c.name, r.Overlaps)
+			}
+			if flagged := !r.OK(); flagged != c.want {
+				t.Errorf("%s, %s: flagged %v, want %v (%q)", f, c.name, flagged, c.want, r.Violations)
+			}
+		}
+	}
+}

@@ -64,4 +64,7 @@ type Event struct {
 	Fault string `json:"fault,omitempty"`
 	// End marks the end of a fault.
 	End bool `json:"end,omitempty"`
+	// Loss marks the moment the store lost its state (an empty restart,
+	// a wipe).
+	Loss bool `json:"loss,omitempty"`
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencing/fence"
@@ -34,9 +35,13 @@ func init() {
 }
 
 type memServer struct {
-	store *fencemem.Store
+	store atomic.Pointer[fencemem.Store]
 	ln    net.Listener
 	srv   *http.Server
+	// forgetTokens makes wipe start the store over, its tokens with it:
+	// a deliberately broken store, for the test that shows the checks
+	// catch tokens that go back.
+	forgetTokens bool
 
 	mu     sync.Mutex
 	claims map[string]fence.Claim // by owner
@@ -61,7 +66,8 @@ func newMemServer() (*memServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &memServer{store: fencemem.New(), ln: ln, claims: map[string]fence.Claim{}}
+	s := &memServer{ln: ln, claims: map[string]fence.Claim{}}
+	s.store.Store(fencemem.New())
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /acquire", s.handle(s.acquire))
 	mux.HandleFunc("POST /extend", s.handle(s.extend))
@@ -95,7 +101,7 @@ func (s *memServer) handle(op func(context.Context, memRequest) (int, memReply))
 }
 
 func (s *memServer) acquire(ctx context.Context, req memRequest) (int, memReply) {
-	c, err := s.store.TryAcquire(ctx, fence.Request{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Meta: req.Meta})
+	c, err := s.store.Load().TryAcquire(ctx, fence.Request{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Meta: req.Meta})
 	var held *fence.HeldError
 	switch {
 	case errors.As(err, &held):
@@ -152,7 +158,7 @@ func (s *memServer) release(ctx context.Context, req memRequest) (int, memReply)
 func (s *memServer) watch(ctx context.Context, req memRequest) (int, memReply) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ch, err := s.store.Watch(ctx, req.Key)
+	ch, err := s.store.Load().Watch(ctx, req.Key)
 	if err != nil {
 		return http.StatusInternalServerError, memReply{Error: err.Error()}
 	}
@@ -162,6 +168,28 @@ func (s *memServer) watch(ctx context.Context, req memRequest) (int, memReply) {
 	case <-ctx.Done():
 		return http.StatusNoContent, memReply{}
 	}
+}
+
+// wipe removes every lease behind its holder's back (fencemem's Delete):
+// the tokens stay, as a store that seeds them from its clock keeps them
+// growing. With forgetTokens, the store starts over instead.
+func (s *memServer) wipe(ctx context.Context) (string, error) {
+	if s.forgetTokens {
+		s.store.Store(fencemem.New())
+		s.mu.Lock()
+		clear(s.claims)
+		s.mu.Unlock()
+		return "started the store over, its tokens at 1 (deliberately broken)", nil
+	}
+	st := s.store.Load()
+	hs, err := st.List(ctx, "")
+	if err != nil {
+		return "", err
+	}
+	for _, h := range hs {
+		st.Delete(h.Key)
+	}
+	return fmt.Sprintf("deleted the %d leases", len(hs)), nil
 }
 
 func notHeldStatus(err error) int {

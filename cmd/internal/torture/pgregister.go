@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,7 +21,10 @@ import (
 // resource is protected. Each write locks the key's register row, asks the
 // guard to admit its token (unless --no-guard), updates the row and
 // appends to a log table, in one transaction; the log's order is the
-// order of the writes.
+// order of the writes. In guard-only mode the write asks the guard first
+// and takes no lock of its own: the guard's own row lock is all that
+// orders the writes of a key, as in a resource whose write is a plain
+// UPDATE after the guard.
 type pgRegister struct {
 	pool *pgxpool.Pool
 	dsn  *url.URL
@@ -33,6 +37,10 @@ CREATE TABLE IF NOT EXISTS torture_register (
 	token bigint NOT NULL,
 	val   text   NOT NULL,
 	high  bigint NOT NULL -- the highest token accepted
+);
+CREATE TABLE IF NOT EXISTS torture_broken_guard (
+	resource text PRIMARY KEY,
+	token    bigint NOT NULL
 );
 CREATE TABLE IF NOT EXISTS torture_log (
 	seq      bigserial PRIMARY KEY,
@@ -105,12 +113,15 @@ func (r *pgRegister) Log(ctx context.Context) ([]Applied, error) {
 
 // pgRegisterClient is a worker's connection to a pgRegister.
 type pgRegisterClient struct {
-	pool    *pgxpool.Pool
-	guard   *fencepg.Guard
-	noGuard bool
+	pool      *pgxpool.Pool
+	guard     *fencepg.Guard
+	noGuard   bool
+	guardOnly bool
+	wait      time.Duration // see Config.guardWait
+	broken    bool          // see Config.brokenGuard
 }
 
-func newPGRegisterClient(ctx context.Context, dsn string, noGuard bool) (*pgRegisterClient, error) {
+func newPGRegisterClient(ctx context.Context, dsn string, noGuard, guardOnly bool, wait time.Duration, broken bool) (*pgRegisterClient, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -125,7 +136,7 @@ func newPGRegisterClient(ctx context.Context, dsn string, noGuard bool) (*pgRegi
 		pool.Close()
 		return nil, err
 	}
-	return &pgRegisterClient{pool: pool, guard: guard, noGuard: noGuard}, nil
+	return &pgRegisterClient{pool: pool, guard: guard, noGuard: noGuard, guardOnly: guardOnly, wait: wait, broken: broken}, nil
 }
 
 func (c *pgRegisterClient) Close() { c.pool.Close() }
@@ -134,11 +145,23 @@ func (c *pgRegisterClient) Write(ctx context.Context, key string, token int64, v
 	res := ResOK
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var high int64
-		if err := tx.QueryRow(ctx, `SELECT high FROM torture_register WHERE key = $1 FOR UPDATE`, key).Scan(&high); err != nil {
-			return err
+		lock := func() error {
+			q := `SELECT high FROM torture_register WHERE key = $1 FOR UPDATE`
+			if c.guardOnly {
+				q = `SELECT high FROM torture_register WHERE key = $1`
+			}
+			return tx.QueryRow(ctx, q, key).Scan(&high)
+		}
+		if !c.guardOnly || c.noGuard {
+			if err := lock(); err != nil {
+				return err
+			}
 		}
 		if !c.noGuard {
-			err := c.guard.Admit(ctx, tx, key, token)
+			err := c.admit(ctx, tx, key, token)
+			if err == nil && c.guardOnly {
+				err = lock() // the value the log compares with, under the guard's lock
+			}
 			if errors.Is(err, fence.ErrStale) {
 				// Refused: nothing changed. Log the refusal in the same
 				// transaction (the guard's refusal is no SQL error).
@@ -162,6 +185,31 @@ func (c *pgRegisterClient) Write(ctx context.Context, key string, token int64, v
 		return ResUnknown, err // the commit may or may not have happened
 	}
 	return res, nil
+}
+
+// admit asks the guard to admit token for key, then waits c.wait. The
+// broken guard checks, waits, then writes: two writers can both pass its
+// check, and the lower token land last.
+func (c *pgRegisterClient) admit(ctx context.Context, tx pgx.Tx, key string, token int64) error {
+	if !c.broken {
+		err := c.guard.Admit(ctx, tx, key, token)
+		if err == nil {
+			time.Sleep(c.wait)
+		}
+		return err
+	}
+	var high int64
+	err := tx.QueryRow(ctx, `SELECT token FROM torture_broken_guard WHERE resource = $1`, key).Scan(&high)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if token < high {
+		return fence.ErrStale
+	}
+	time.Sleep(c.wait)
+	_, err = tx.Exec(ctx, `INSERT INTO torture_broken_guard (resource, token) VALUES ($1, $2)
+		ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token`, key, token)
+	return err
 }
 
 func (c *pgRegisterClient) Read(ctx context.Context, key string) (int64, string, error) {

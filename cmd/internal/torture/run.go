@@ -46,10 +46,29 @@ const (
 	// it down for 1.5 TTL and restarts it. Only for servers the tool
 	// started itself.
 	FaultRestart Fault = "restart"
+	// FaultRestartEmpty kills the store's server (or one member) while a
+	// worker holds a lease and starts it again at once with the data
+	// directory it had before fence used it: the store comes back empty
+	// within the holder's validity (the plan's TTL is raised above the
+	// server's start time where needed). Only for servers the tool
+	// started itself.
+	FaultRestartEmpty Fault = "restart-empty"
+	// FaultWipe removes the store's own state (a file store's files, the
+	// rows of an SQL store's tables, FLUSHALL, an etcd prefix, a NATS
+	// bucket) behind fence's back while a worker holds a lease; the store
+	// keeps running.
+	FaultWipe Fault = "wipe"
 )
 
 // Faults lists every fault plan, in the summary's order.
-var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart}
+var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart, FaultRestartEmpty, FaultWipe}
+
+// hitsStore reports whether the fault acts on the store itself (its
+// server or its data), and so on every plan running against it at the
+// time: such a plan runs alone.
+func (f Fault) hitsStore() bool {
+	return f == FaultRestart || f == FaultRestartEmpty || f == FaultWipe
+}
 
 // ParseFault returns the fault plan named s.
 func ParseFault(s string) (Fault, error) {
@@ -96,12 +115,30 @@ type Config struct {
 	Seed         uint64
 	// Progress, if set, receives a line per fault injected.
 	Progress io.Writer
+
+	// guardWait, if set, is a wait in the postgres register's write
+	// between the guard's check and the write: a slow write.
+	guardWait time.Duration
+	// brokenGuard replaces fencepg's guard with a deliberately non-atomic
+	// one: it reads the highest token, waits guardWait, then writes its
+	// own unconditionally.
+	brokenGuard bool
+	// writeTimeout bounds each write; default the TTL.
+	writeTimeout time.Duration
+	// pauseAt, if set, is when after a grant the pause lands, instead of
+	// a random point in the first slow step.
+	pauseAt time.Duration
 }
 
 // Registers the workers can write to.
 const (
 	RegisterMemory   = "memory"
 	RegisterPostgres = "postgres"
+	// RegisterPostgresGuardOnly is the postgres register without the
+	// row lock each write takes before it calls the guard: only the guard
+	// serializes the writes of one key, so a guard that is not atomic
+	// with the write shows (see TestGuardOnlyRegister).
+	RegisterPostgresGuardOnly = "postgres-guard-only"
 )
 
 func (c *Config) defaults() {
@@ -155,6 +192,9 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 	if cfg.TTL < store.minTTL {
 		cfg.TTL = store.minTTL
 	}
+	if cfg.Fault == FaultRestartEmpty && cfg.TTL < store.emptyTTL {
+		cfg.TTL = store.emptyTTL // the store must be back while the holder's lease is valid
+	}
 	// Room for one fault episode at least.
 	if min := store.holdTime(cfg.TTL) + 3*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
 		cfg.Duration = min
@@ -185,6 +225,9 @@ type plan struct {
 	nextID   int
 	acquired chan *slot // a worker in this slot just acquired
 	readers  sync.WaitGroup
+	// faultErr is why a fault could not be injected: the plan proves
+	// nothing then, and fails.
+	faultErr error
 }
 
 // slot is a place for one worker, with its own proxies to the store's
@@ -226,7 +269,7 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	switch cfg.Register {
 	case RegisterMemory:
 		p.reg, err = newMemRegister(cfg.NoGuard)
-	case RegisterPostgres:
+	case RegisterPostgres, RegisterPostgresGuardOnly:
 		if cfg.RegisterDSN == "" {
 			return errors.New("the postgres register needs a PostgreSQL (Config.RegisterDSN)")
 		}
@@ -282,6 +325,9 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	readyCancel()
 	deadline := time.Now().Add(cfg.Duration)
 	p.faults(ctx, deadline)
+	if p.faultErr != nil {
+		return p.faultErr
+	}
 	for _, s := range p.slots {
 		for _, px := range s.proxies {
 			px.Heal()
@@ -382,6 +428,9 @@ func (p *plan) spawn(s *slot) error {
 		Register: p.reg.ClientURL(s.regProxy.Addr()),
 		RegKind:  p.cfg.Register,
 		NoGuard:  p.cfg.NoGuard,
+		Wait:     p.cfg.guardWait,
+		Broken:   p.cfg.brokenGuard,
+		WriteFor: p.cfg.writeTimeout,
 		Keys:     p.keys,
 		TTL:      p.cfg.TTL,
 		Writes:   p.cfg.Writes,
@@ -562,7 +611,11 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			if pr == nil {
 				break
 			}
-			wait(p.jitter(p.cfg.Work / 2)) // into the slow step before a write
+			if p.cfg.pauseAt > 0 {
+				wait(p.cfg.pauseAt)
+			} else {
+				wait(p.jitter(p.cfg.Work / 2)) // into the slow step before a write
+			}
 			p.signal(pr, syscall.SIGSTOP)
 			p.fault(fmt.Sprintf("pause worker %d (SIGSTOP) for %v", pr.id, cut), false)
 			time.Sleep(cut)
@@ -628,8 +681,50 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			p.fault(desc, true)
 			wait(ttl)
 		}
+	case FaultRestartEmpty:
+		for time.Now().Before(fits()) {
+			p.drain()
+			if _, pr := p.holder(ctx, fits()); pr == nil {
+				break
+			}
+			wait(p.jitter(p.cfg.Work))
+			desc, err := p.store.restartEmpty(func(what string) { p.lossFault(what) })
+			if err != nil {
+				p.fault("restart failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("restart-empty: %w", err)
+				return
+			}
+			p.fault(desc, true)
+			wait(ttl)
+		}
+	case FaultWipe:
+		for time.Now().Before(fits()) {
+			p.drain()
+			if _, pr := p.holder(ctx, fits()); pr == nil {
+				break
+			}
+			wait(p.jitter(p.cfg.Work))
+			p.fault("wipe the store's state", false)
+			desc, err := p.store.wipe(ctx)
+			if err != nil {
+				p.fault("wipe failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("wipe: %w", err)
+				return
+			}
+			// The state is gone once the wipe returned.
+			p.record(Event{W: -1, Op: OpFault, Fault: desc, End: true, Loss: true})
+			wait(ttl)
+		}
 	}
 	wait(time.Until(deadline))
+}
+
+// lossFault starts a fault episode at the moment the store lost its state:
+// a lease granted before it may be granted again after it, while its
+// holder still believes in it for up to a TTL (see crashOverlap).
+func (p *plan) lossFault(desc string) {
+	p.record(Event{W: -1, Op: OpFault, Fault: desc, Loss: true})
+	fmt.Fprintf(p.cfg.Progress, "  %s %s: %s\n", p.store.Name, p.cfg.Fault, desc)
 }
 
 func (p *plan) nextProcID() int {

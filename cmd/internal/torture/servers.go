@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,11 +34,13 @@ func init() {
 		if err := env.Do(func(tb testing.TB) { srv = testserver.Redis(tb) }); err != nil {
 			return nil, err
 		}
-		return &Store{
+		s := &Store{
 			addrs:   []string{srv.Addr()},
 			url:     func(a []string, _ time.Duration) string { return "redis://" + a[0] },
 			restart: restartProcess(env, "redis-server", srv.Process),
-		}, nil
+			wipe:    wipeRedis(srv.Addr()),
+		}
+		return s, s.saveEmpty("redis-server", srv.Process)
 	})
 	server("redlock", "redlock", "Redlock over three private redis-servers (the restart fault restarts one)", func(env *testserver.Env) (*Store, error) {
 		var srvs []*testserver.RedisServer
@@ -48,11 +51,13 @@ func init() {
 		for _, s := range srvs {
 			addrs = append(addrs, s.Addr())
 		}
-		return &Store{
+		s := &Store{
 			addrs:   addrs,
 			url:     func(a []string, _ time.Duration) string { return "redlock://" + strings.Join(a, ",") },
 			restart: restartOneOf(env, "redis-server", srvs[0].Process, srvs[1].Process, srvs[2].Process),
-		}, nil
+			wipe:    wipeRedisOneOf(addrs...),
+		}
+		return s, s.saveEmptyOne("redis-server", srvs[0].Process, srvs[1].Process, srvs[2].Process)
 	})
 	server("redis-cluster", "redis+cluster", "a private three-master Redis Cluster (the restart fault restarts one master)", func(env *testserver.Env) (*Store, error) {
 		var c *testserver.RedisClusterServer
@@ -64,13 +69,15 @@ func init() {
 		for _, n := range c.Nodes {
 			ps = append(ps, n.Process)
 		}
-		return &Store{
+		s := &Store{
 			url: func([]string, time.Duration) string { return seeds },
 			// The client learns the masters' own addresses from the
 			// cluster and connects to them directly.
 			unproxied: "a Cluster client connects to the addresses the masters announce, not through a proxy",
 			restart:   restartOneOf(env, "redis-server", ps...),
-		}, nil
+			wipe:      wipeRedis(c.Addrs()...),
+		}
+		return s, s.saveEmptyOne("redis-server", ps...)
 	})
 	pg := func(query string) func(env *testserver.Env) (*Store, error) {
 		return func(env *testserver.Env) (*Store, error) {
@@ -78,13 +85,15 @@ func init() {
 			if err := env.Do(func(tb testing.TB) { srv = testserver.Postgres(tb) }); err != nil {
 				return nil, err
 			}
-			return &Store{
+			s := &Store{
 				addrs: []string{srv.Addr()},
 				url: func(a []string, _ time.Duration) string {
 					return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable%s", a[0], srv.Database(), query)
 				},
 				restart: restartProcess(env, "postgres", srv.Process),
-			}, nil
+				wipe:    wipePostgres(fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", srv.Addr(), srv.Database())),
+			}
+			return s, s.saveEmpty("postgres", srv.Process)
 		}
 	}
 	server("postgres", "postgres", "a private PostgreSQL, lease mode (a row per key)", pg(""))
@@ -94,36 +103,40 @@ func init() {
 		if err := env.Do(func(tb testing.TB) { srv = testserver.MariaDB(tb) }); err != nil {
 			return nil, err
 		}
-		return &Store{
+		s := &Store{
 			addrs: []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {
 				return fmt.Sprintf("mysql://root@%s/%s", a[0], srv.Database())
 			},
 			restart: restartProcess(env, "mariadbd", srv.Process),
-		}, nil
+			wipe:    wipeMySQL(fmt.Sprintf("root@tcp(%s)/%s", srv.Addr(), srv.Database())),
+		}
+		return s, s.saveEmpty("mariadbd", srv.Process)
 	})
 	server("etcd", "etcd", "a private single-member etcd", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.EtcdServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.Etcd(tb) }); err != nil {
 			return nil, err
 		}
-		return &Store{
+		s := &Store{
 			addrs:   []string{srv.Addr()},
 			url:     func(a []string, _ time.Duration) string { return "etcd://" + a[0] },
 			restart: restartProcess(env, "etcd", srv.Process),
+			wipe:    wipeEtcd(srv.Addr()),
 			// fenceetcd's session lease: 1.5 TTL in whole seconds, at
 			// least etcd's minimum of 2 s, counted from the last keepalive.
 			hold: func(ttl time.Duration) time.Duration {
 				return max(2*time.Second, (ttl*3/2+time.Second-1).Truncate(time.Second)) + ttl/4
 			},
-		}, nil
+		}
+		return s, s.saveEmpty("etcd", srv.Process)
 	})
 	server("zk", "zk", "a private ZooKeeper", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.ZooKeeperServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.ZooKeeper(tb) }); err != nil {
 			return nil, err
 		}
-		return &Store{
+		s := &Store{
 			addrs: []string{srv.Addr()},
 			url: func(a []string, ttl time.Duration) string {
 				// The session must end with the lease: a paused holder's
@@ -133,28 +146,30 @@ func init() {
 			// The server expires sessions on its tick (200 ms here).
 			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
 			restart: restartProcess(env, "zookeeper", srv.Process),
-		}, nil
+		}
+		return s, s.saveEmpty("zookeeper", srv.Process)
 	})
 	server("azblob", "azblob+http", "a private Azurite (Azure Blob leases: TTL 15 s to 60 s, so plans run with TTL 15 s)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.AzuriteServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.Azurite(tb) }); err != nil {
 			return nil, err
 		}
-		return &Store{
+		s := &Store{
 			addrs: []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {
 				return "azblob+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
 			},
 			restart: restartProcess(env, "azurite", srv.Process),
 			minTTL:  azureMinTTL,
-		}, nil
+		}
+		return s, s.saveEmpty("azurite", srv.Process)
 	})
 	server("aztable", "aztable+http", "a private Azurite Table service (ETag compare-and-swap lease entities)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.AzuriteTableServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.AzuriteTable(tb) }); err != nil {
 			return nil, err
 		}
-		return &Store{
+		s := &Store{
 			addrs: []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {
 				return "aztable+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
@@ -164,14 +179,15 @@ func init() {
 			// the entity unchanged for a TTL, from its first look after
 			// the holder's last write: a polling step (up to 1 s) later.
 			hold: func(ttl time.Duration) time.Duration { return 2*ttl + time.Second },
-		}, nil
+		}
+		return s, s.saveEmpty("azurite-table", srv.Process)
 	})
 	server("dynamodb", "dynamodb", "a private dynalite (record-version compare-and-swap lease items)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.DynaliteServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.Dynalite(tb) }); err != nil {
 			return nil, err
 		}
-		return &Store{
+		s := &Store{
 			addrs: []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {
 				return "dynamodb://" + testserver.DynaliteAccessKey + ":" + testserver.DynaliteSecretKey +
@@ -182,20 +198,23 @@ func init() {
 			// the item unchanged for a TTL, from its first look after
 			// the holder's last write: a polling step (up to 1 s) later.
 			hold: func(ttl time.Duration) time.Duration { return 2*ttl + time.Second },
-		}, nil
+		}
+		return s, s.saveEmpty("dynalite", srv.Process)
 	})
 	server("nats", "nats", "a private nats-server with JetStream", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.NATSServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.NATS(tb) }); err != nil {
 			return nil, err
 		}
-		return &Store{
+		s := &Store{
 			addrs:   []string{srv.Addr()},
 			url:     func(a []string, _ time.Duration) string { return "nats://" + a[0] },
 			restart: restartProcess(env, "nats-server", srv.Process),
+			wipe:    wipeNATS(srv.Addr()),
 			// Per-message TTLs are whole seconds, rounded up.
 			hold: func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
-		}, nil
+		}
+		return s, s.saveEmpty("nats-server", srv.Process)
 	})
 	server("k8s", "k8s", "a private kube-apiserver and its etcd (the restart fault restarts them in turn)", func(env *testserver.Env) (*Store, error) {
 		var k *testserver.KubeServer
@@ -203,14 +222,13 @@ func init() {
 			return nil, err
 		}
 		dir := env.TempDir()
-		n := 0
-		return &Store{
+		var n atomic.Int64 // plans run side by side
+		s := &Store{
 			addrs: []string{k.Addr()},
 			// A kubeconfig per URL, naming the address given (a proxy's):
 			// the server's certificate is for 127.0.0.1, any port.
 			url: func(a []string, _ time.Duration) string {
-				n++
-				path := filepath.Join(dir, fmt.Sprintf("kubeconfig-%d", n))
+				path := filepath.Join(dir, fmt.Sprintf("kubeconfig-%d", n.Add(1)))
 				cfg := strings.Replace(kubeconfig(k), k.Host(), "https://"+a[0], 1)
 				if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 					env.Errorf("torture: %v", err)
@@ -224,7 +242,8 @@ func init() {
 			hold: func(ttl time.Duration) time.Duration {
 				return (ttl + time.Second - 1).Truncate(time.Second) + 2*time.Second
 			},
-		}, nil
+		}
+		return s, s.saveEmpty("kube-apiserver's etcd and kube-apiserver", k.Etcd.Process, k.Process)
 	})
 }
 

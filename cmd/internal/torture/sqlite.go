@@ -22,9 +22,11 @@ func openSQLiteStore(*testserver.Env) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := (&url.URL{Scheme: "sqlite", Path: filepath.Join(dir, "fence.db")}).String()
+	path := filepath.Join(dir, "fence.db")
+	u := (&url.URL{Scheme: "sqlite", Path: path}).String()
 	return &Store{
 		url:   func([]string, time.Duration) string { return u },
+		wipe:  wipeSQLite(path),
 		close: func() { _ = os.RemoveAll(dir) },
 	}, nil
 }

@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing/fence"
 	"github.com/fencing/fence/cmd/internal/storeurl"
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
@@ -31,7 +33,20 @@ type Store struct {
 	// down for down, and starts it again; it calls started once the
 	// server is down, and returns a description of what it did.
 	restart func(down time.Duration, started func(what string)) (string, error)
-	close   func()
+	// empty are the server processes an empty restart kills and brings
+	// back with their saved empty data directories, in start order;
+	// emptyOne: one of them per episode, in turn (a cluster member).
+	empty     []*testserver.Process
+	emptyOne  bool
+	emptyN    int
+	emptyName string
+	// emptyTTL is the TTL a restart-empty plan needs for the server to be
+	// back within a holder's validity: a few times its start time.
+	emptyTTL time.Duration
+	// wipe, if set, removes the store's own state behind fence's back and
+	// says what it removed.
+	wipe  func(ctx context.Context) (string, error)
+	close func()
 	// minTTL is the shortest lease the store grants (Azure's 15 s); plans
 	// on it run with at least this TTL, and long enough for a fault.
 	minTTL time.Duration
@@ -71,6 +86,14 @@ func (s *Store) notApplicable(f Fault) string {
 	case FaultRestart:
 		if s.restart == nil {
 			return "the tool can restart only servers it started"
+		}
+	case FaultWipe:
+		if s.wipe == nil {
+			return "the tool cannot wipe this store's state"
+		}
+	case FaultRestartEmpty:
+		if len(s.empty) == 0 {
+			return "the tool can empty only servers it started"
 		}
 	}
 	return ""
@@ -158,6 +181,7 @@ func openFileStore(*testserver.Env) (*Store, error) {
 	u := (&url.URL{Scheme: "file", Path: dir}).String()
 	return &Store{
 		url:   func([]string, time.Duration) string { return u },
+		wipe:  wipeDir(dir),
 		close: func() { _ = os.RemoveAll(dir) },
 	}, nil
 }
@@ -170,8 +194,83 @@ func openMemStore(*testserver.Env) (*Store, error) {
 	return &Store{
 		addrs: []string{srv.Addr()},
 		url:   func(addrs []string, _ time.Duration) string { return MemScheme + "://" + addrs[0] },
+		wipe:  srv.wipe,
 		close: func() { _ = srv.Close() },
 	}, nil
+}
+
+// maxEmptyTTL caps the TTL of a restart-empty plan: a server slower to
+// start than a third of it comes back after its holders' leases ran out,
+// and the plan shows what a plain restart shows. Tests lower it for CI's
+// short schedule.
+var maxEmptyTTL = 5 * time.Second
+
+// saveEmpty prepares the store for empty restarts: it sets the store up
+// once (tables, bucket: what an operator creates before fence runs), then
+// saves each server's data directory as its empty state.
+func (s *Store) saveEmpty(name string, ps ...*testserver.Process) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ttl := max(time.Second, s.minTTL)
+	drv, closer, err := storeurl.Open(ctx, s.url(s.addrs, ttl))
+	if err != nil {
+		return fmt.Errorf("setting the store up: %w", err)
+	}
+	c, err := drv.TryAcquire(ctx, fence.Request{Key: "torture/setup", Owner: "torture-setup", TTL: ttl})
+	if err == nil {
+		err = c.Release(ctx)
+	}
+	closer.Close()
+	if err != nil {
+		return fmt.Errorf("setting the store up: %w", err)
+	}
+	var start time.Duration
+	for _, p := range ps {
+		d, err := p.SaveEmpty()
+		if err != nil {
+			return err
+		}
+		if s.emptyOne {
+			start = max(start, d)
+		} else {
+			start += d
+		}
+	}
+	s.empty, s.emptyName = ps, name
+	s.emptyTTL = min(maxEmptyTTL, (3 * start).Round(100*time.Millisecond))
+	return nil
+}
+
+// saveEmptyOne is saveEmpty for a cluster whose members an empty restart
+// empties one at a time.
+func (s *Store) saveEmptyOne(name string, ps ...*testserver.Process) error {
+	s.emptyOne = true
+	return s.saveEmpty(name, ps...)
+}
+
+// restartEmpty kills the store's servers (or one member), puts back their
+// empty data directories and starts them again at once.
+func (s *Store) restartEmpty(lost func(what string)) (string, error) {
+	ps, name := s.empty, s.emptyName
+	if s.emptyOne {
+		i := s.emptyN % len(ps)
+		s.emptyN++
+		ps = ps[i : i+1]
+		name = fmt.Sprintf("%s %d of %d", name, i+1, len(s.empty))
+	}
+	for i := len(ps) - 1; i >= 0; i-- {
+		if err := ps[i].EmptyDir(); err != nil {
+			return "", err
+		}
+	}
+	lost(fmt.Sprintf("kill %s (SIGKILL) and empty its data", name))
+	start := time.Now()
+	for _, p := range ps {
+		if err := p.Start(); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("back empty after %v", time.Since(start).Round(time.Millisecond)), nil
 }
 
 // restartProcess returns a Store.restart for one private server.

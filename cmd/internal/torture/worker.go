@@ -33,6 +33,9 @@ type workerConfig struct {
 	Register string        `json:"register"` // register URL, through the worker's proxy
 	RegKind  string        `json:"reg_kind"` // RegisterMemory or RegisterPostgres
 	NoGuard  bool          `json:"no_guard"`
+	Wait     time.Duration `json:"guard_wait,omitempty"`   // Config.guardWait
+	Broken   bool          `json:"broken_guard,omitempty"` // Config.brokenGuard
+	WriteFor time.Duration `json:"write_for,omitempty"`    // Config.writeTimeout
 	Keys     []string      `json:"keys"`
 	TTL      time.Duration `json:"ttl"`
 	Writes   int           `json:"writes"`
@@ -217,7 +220,11 @@ func (w *worker) lease(ctx context.Context, key string) {
 func (w *worker) write(key string, token int64, val string) string {
 	id := w.ids.Add(1)
 	w.emit(Event{Op: OpWrite, Ph: Call, ID: id, Key: key, Token: token, Val: val})
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.TTL)
+	timeout := w.cfg.TTL
+	if w.cfg.WriteFor > 0 {
+		timeout = w.cfg.WriteFor
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	res, err := w.reg.Write(ctx, key, token, val)
 	cancel()
 	w.emit(Event{Op: OpWrite, Ph: Ret, ID: id, Key: key, Token: token, Val: val, Res: res, Err: errString(err)})
@@ -241,8 +248,8 @@ func openRegister(ctx context.Context, cfg workerConfig) (registerClient, error)
 	switch cfg.RegKind {
 	case RegisterMemory:
 		return newHTTPRegisterClient(cfg.Register), nil
-	case RegisterPostgres:
-		return newPGRegisterClient(ctx, cfg.Register, cfg.NoGuard)
+	case RegisterPostgres, RegisterPostgresGuardOnly:
+		return newPGRegisterClient(ctx, cfg.Register, cfg.NoGuard, cfg.RegKind == RegisterPostgresGuardOnly, cfg.Wait, cfg.Broken)
 	}
 	return nil, fmt.Errorf("unknown register %q", cfg.RegKind)
 }
