@@ -154,23 +154,36 @@ func (f *fenceHolder) take(ctx context.Context, keys []string) error {
 func (f *fenceHolder) conns() int { return f.connsFn() }
 
 func (f *fenceHolder) close(ctx context.Context) error {
-	var lost int
-	var errs []error
-	for _, l := range f.leases {
-		if l == nil {
-			continue
-		}
-		select {
-		case <-l.Done():
-			lost++
-		default:
-		}
-		if err := l.Release(ctx); err != nil && !errors.Is(err, fence.ErrLost) {
-			errs = append(errs, err)
-		}
+	var (
+		lost, next atomic.Int64
+		errs       = make([]error, takeWorkers)
+		wg         sync.WaitGroup
+	)
+	for w := range takeWorkers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(f.leases) {
+					return
+				}
+				l := f.leases[i]
+				if l == nil {
+					continue
+				}
+				select {
+				case <-l.Done():
+					lost.Add(1)
+				default:
+				}
+				if err := l.Release(ctx); err != nil && !errors.Is(err, fence.ErrLost) && errs[w] == nil {
+					errs[w] = err
+				}
+			}
+		})
 	}
-	if lost > 0 {
-		errs = append(errs, fmt.Errorf("%d of %d leases lost while held", lost, len(f.leases)))
+	wg.Wait()
+	if n := lost.Load(); n > 0 {
+		errs = append(errs, fmt.Errorf("%d of %d leases lost while held", n, len(f.leases)))
 	}
 	errs = append(errs, f.c.Close(ctx), f.closeFn())
 	return errors.Join(errs...)

@@ -74,11 +74,13 @@ func (rep *Report) writeScale(pr func(format string, args ...any)) {
 		pr("\n")
 	}
 
-	pr("### Handoff against waiters\n\n")
-	for _, store := range rep.Stores {
-		rep.chartLinks(pr, "handoff-"+store)
+	if slices.ContainsFunc(rep.Charts, func(ch Chart) bool { return strings.HasPrefix(ch.Name, "handoff-") }) {
+		pr("### Handoff against waiters\n\n")
+		for _, store := range rep.Stores {
+			rep.chartLinks(pr, "handoff-"+store)
+		}
 	}
-	pr("\n### Scale targets\n\n")
+	pr("### Scale targets\n\n")
 	pr("The goals of issue 23, each a ratio (or a count) within this one run.\n\n")
 	pr("| goal | store | measured | met |\n|---|---|---|---|\n")
 	for _, t := range rep.ScaleTargets() {
@@ -91,14 +93,18 @@ func (rep *Report) writeScale(pr func(format string, args ...any)) {
 	pr("\n")
 }
 
-// chartLinks links the charts whose names start with prefix.
+// chartLinks links the charts whose names start with prefix, if any.
 func (rep *Report) chartLinks(pr func(format string, args ...any), prefix string) {
+	linked := false
 	for _, ch := range rep.Charts {
 		if strings.HasPrefix(ch.Name, prefix) {
 			pr("![%s](%s)\n", ch.Title, ch.Link)
+			linked = true
 		}
 	}
-	pr("\n")
+	if linked {
+		pr("\n")
+	}
 }
 
 func joinInts(v []int) string {
