@@ -391,12 +391,14 @@ type HeldResult struct {
 	Conns int
 }
 
-// RoundTripsPerSec, CommandsPerSec and CPUPerLease are the window's
-// figures per second (CPU: per held lease, in µs).
+// RoundTripsPerSec is the round trips per second of the window.
 func (h *HeldResult) RoundTripsPerSec() float64 { return float64(h.RoundTrips) / h.Window.Seconds() }
 
+// CommandsPerSec is the server's commands per second of the window.
 func (h *HeldResult) CommandsPerSec() float64 { return float64(h.Commands) / h.Window.Seconds() }
 
+// CPUPerLease is the process's CPU time per held lease per second of the
+// window, in µs.
 func (h *HeldResult) CPUPerLease() float64 {
 	return float64(h.CPU) / float64(time.Microsecond) / h.Window.Seconds() / float64(h.N)
 }
