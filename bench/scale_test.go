@@ -144,3 +144,34 @@ func TestHandoffRounds(t *testing.T) {
 		t.Errorf("fewerRounds = %q, want it to name 5 rounds with 128 waiters", s)
 	}
 }
+
+// The renewal target on known counts: one round trip per renew interval
+// and connection passes (one more over the window for its edges), one
+// per lease fails.
+func TestScaleTargetsRenewal(t *testing.T) {
+	fence := Holding{Store: "redis", Name: "fence", Role: RoleFence}
+	cases := []struct {
+		n, conns   int
+		roundTrips int64
+		met        bool
+	}{
+		{n: 1, conns: 1, roundTrips: 9, met: true},
+		{n: 1, conns: 1, roundTrips: 10, met: true}, // a renewal at the window's edge
+		{n: 1, conns: 1, roundTrips: 11, met: false},
+		{n: 1000, conns: 4, roundTrips: 9 * 14, met: true},
+		{n: 1000, conns: 4, roundTrips: 9 * 1000, met: false}, // a round trip per lease
+	}
+	for _, c := range cases {
+		rep := &Report{Scale: &Scale{Config: ScaleConfig{Held: []int{c.n}},
+			Held: []*HeldResult{{Holding: fence, N: c.n, Window: 9 * time.Second, Renewals: 9, RoundTrips: c.roundTrips, Conns: c.conns}}}}
+		var got []Target
+		for _, tg := range rep.ScaleTargets() {
+			if strings.HasPrefix(tg.Goal, "renewal round trips") {
+				got = append(got, tg)
+			}
+		}
+		if len(got) != 1 || got[0].Met != c.met {
+			t.Errorf("N = %d, %d connections, %d round trips in 9 intervals: targets %+v, want one, met = %v", c.n, c.conns, c.roundTrips, got, c.met)
+		}
+	}
+}
