@@ -3,11 +3,14 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot/plotter"
 )
 
 // The raw floors keep N keys alive with one request per renew interval,
@@ -173,5 +176,31 @@ func TestScaleTargetsRenewal(t *testing.T) {
 		if len(got) != 1 || got[0].Met != c.met {
 			t.Errorf("N = %d, %d connections, %d round trips in 9 intervals: targets %+v, want one, met = %v", c.n, c.conns, c.roundTrips, got, c.met)
 		}
+	}
+}
+
+// A chart of one waiter count, or of nothing, is drawn all the same
+// (gonum's log axes cannot show a range widened to 0).
+func TestDrawChartDegenerate(t *testing.T) {
+	for name, ss := range map[string][]series{
+		"one":  {{name: "fence p50", xys: plotter.XYs{{X: 1, Y: 0.5}}}},
+		"none": {{name: "fence p50", xys: plotter.XYs{{X: 1, Y: 0}}}},
+	} {
+		file := filepath.Join(t.TempDir(), name+".svg")
+		if err := drawChart(file, name, "waiters", "ms", ss); err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else if b, err := os.ReadFile(file); err != nil || !bytes.Contains(b, []byte("<svg")) {
+			t.Errorf("%s: no SVG written (%v)", name, err)
+		}
+	}
+}
+
+func TestFirstError(t *testing.T) {
+	one := errors.New("a")
+	if got := firstError(one); got != "a" {
+		t.Errorf("firstError(a) = %q", got)
+	}
+	if got := firstError(errors.Join(one, errors.New("b"), errors.New("c"))); got != "a (and 2 more)" {
+		t.Errorf("firstError(a, b, c) = %q, want %q", got, "a (and 2 more)")
 	}
 }

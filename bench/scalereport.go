@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,9 +23,9 @@ func (rep *Report) writeScale(pr func(format string, args ...any)) {
 	if p := strings.TrimSpace(ScaleProse); p != "" {
 		pr("%s\n\n", p)
 	}
-	pr("- this run: N = %s leases held for %v each, TTL %v (renewed every %v); %d clients over %d keys: %d rounds of %d pairs per client; "+
+	pr("- this run: N = %s leases held for %v each, TTL %v (renewed every %v); %d clients over %d keys: %d rounds of %d pairs per client%s; "+
 		"handoff with %s waiters (table rows in each store's section above)\n\n",
-		joinInts(c.Held), c.HoldFor, c.TTL, (c.TTL / 3).Round(time.Millisecond), c.Clients, c.Keys, c.Rounds, c.Ops, joinInts(rep.Config.Waiters))
+		joinInts(c.Held), c.HoldFor, c.TTL, (c.TTL / 3).Round(time.Millisecond), c.Clients, c.Keys, c.Rounds, c.Ops, turnLimit(c.Turn), joinInts(rep.Config.Waiters))
 
 	for _, store := range sc.heldStores() {
 		pr("### Holding N leases: %s\n\n", storeTitles[store])
@@ -58,9 +59,11 @@ func (rep *Report) writeScale(pr func(format string, args ...any)) {
 		rep.chartLinks(pr, "held-"+store)
 	}
 
-	if len(sc.Spread) > 0 {
+	if len(sc.Spread) > 0 || len(sc.SpreadFailed) > 0 {
 		pr("### %d clients over %d keys\n\n", c.Clients, c.Keys)
-		pr("| store | contender | pairs/s | p50 (ms) | p99 (ms) | pairs/s ÷ raw floor |\n|---|---|--:|--:|--:|--:|\n")
+		if len(sc.Spread) > 0 {
+			pr("| store | contender | pairs/s | p50 (ms) | p99 (ms) | pairs/s ÷ raw floor |\n|---|---|--:|--:|--:|--:|\n")
+		}
 		ms := func(d time.Duration) string { return num(float64(d) / float64(time.Millisecond)) }
 		for _, r := range sc.Spread {
 			x := "–"
@@ -71,7 +74,15 @@ func (rep *Report) writeScale(pr func(format string, args ...any)) {
 			}
 			pr("| %s | %s | %s | %s | %s | %s |\n", storeTitles[r.Contender.Store], r.Contender.Name, num(r.Rate), ms(r.Stats.P50), ms(r.Stats.P99), x)
 		}
-		pr("\n")
+		if len(sc.Spread) > 0 {
+			pr("\n")
+		}
+		for _, store := range sortedStores(slices.Collect(maps.Keys(sc.SpreadFailed))) {
+			pr("- %s: not measured: %s\n", storeTitles[store], sc.SpreadFailed[store])
+		}
+		if len(sc.SpreadFailed) > 0 {
+			pr("\n")
+		}
 	}
 
 	if slices.ContainsFunc(rep.Charts, func(ch Chart) bool { return strings.HasPrefix(ch.Name, "handoff-") }) {
@@ -105,6 +116,13 @@ func (rep *Report) chartLinks(pr func(format string, args ...any), prefix string
 	if linked {
 		pr("\n")
 	}
+}
+
+func turnLimit(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (a client starts no pair once its turn has lasted %v)", d)
 }
 
 func joinInts(v []int) string {
@@ -207,11 +225,13 @@ func drawChart(file, title, xl, yl string, ss []series) error {
 	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
+	var all plotter.XYs
 	for i, s := range ss {
 		xys := slices.DeleteFunc(slices.Clone(s.xys), func(v plotter.XY) bool { return !(v.X > 0 && v.Y > 0) })
 		if len(xys) == 0 {
 			continue
 		}
+		all = append(all, xys...)
 		l, pts, err := plotter.NewLinePoints(xys)
 		if err != nil {
 			return err
@@ -222,6 +242,18 @@ func drawChart(file, title, xl, yl string, ss []series) error {
 		pts.Shape = plotutil.Shape(i)
 		p.Add(l, pts)
 		p.Legend.Add(s.name, l, pts)
+	}
+	// gonum widens an axis whose data span nothing by 1 either way, which
+	// a log axis cannot show from 1: give such an axis a range of its own.
+	if len(all) == 0 {
+		all = plotter.XYs{{X: 1, Y: 1}}
+	}
+	xmin, xmax, ymin, ymax := plotter.XYRange(all)
+	if xmin == xmax {
+		p.X.Min, p.X.Max = xmin/2, xmax*2
+	}
+	if ymin == ymax {
+		p.Y.Min, p.Y.Max = ymin/2, ymax*2
 	}
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, file)
 }
