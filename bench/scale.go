@@ -36,7 +36,7 @@ type ScaleConfig struct {
 // DefaultScaleConfig is the scale section of the full run.
 func DefaultScaleConfig() ScaleConfig {
 	return ScaleConfig{Held: []int{1, 100, 1000, 10000}, TTL: 3 * time.Second, HoldFor: 9 * time.Second,
-		Clients: 64, Keys: 10000, Ops: 40, Rounds: 3, Turn: 5 * time.Second}
+		Clients: 64, Keys: 10000, Ops: 40, Rounds: 3, Turn: 3 * time.Second}
 }
 
 // QuickScaleConfig is a first look of the scale section.
