@@ -61,7 +61,12 @@ type Scale struct {
 	// busy timeout with 64 of them on a loaded machine): the run goes
 	// on and the report says so.
 	SpreadFailed map[string]string
+	// HeldFailed says, by holding (store/name) and N, why holding N
+	// leases failed there (a lease lost while held, say).
+	HeldFailed map[string]string
 }
+
+func heldKey(id string, n int) string { return id + "/" + strconv.Itoa(n) }
 
 // SpreadResult is Clients clients of one contender acquiring and
 // releasing keys drawn at random from Keys keys.
@@ -97,7 +102,15 @@ func MeasureScale(ctx context.Context, srv *Servers, stores []string, cfg ScaleC
 			for _, j := range turnOrder(len(hs), i) {
 				r, err := measureHeld(ctx, srv, hs[j], n, cfg)
 				if err != nil {
-					return nil, fmt.Errorf("%s: holding %d: %w", hs[j].ID(), n, err)
+					if ctx.Err() != nil {
+						return nil, fmt.Errorf("%s: holding %d: %w", hs[j].ID(), n, err)
+					}
+					logf("%s: holding %d: %v", hs[j].ID(), n, err)
+					if sc.HeldFailed == nil {
+						sc.HeldFailed = map[string]string{}
+					}
+					sc.HeldFailed[heldKey(hs[j].ID(), n)] = firstError(err)
+					continue
 				}
 				sc.Held = append(sc.Held, r)
 			}
@@ -292,6 +305,9 @@ func (rep *Report) ScaleTargets() []Target {
 				raw := floorOf(store, h.Name)
 				for _, n := range sc.Config.Held {
 					f, o := sc.held(store, h.Name, n), sc.held(store, raw, n)
+					if why, ok := sc.HeldFailed[heldKey(h.ID(), n)]; ok {
+						add("holding N leases", store, false, "%s, N = %d: %s", h.Name, n, why)
+					}
 					if f == nil {
 						continue
 					}

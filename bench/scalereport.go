@@ -43,6 +43,9 @@ func (rep *Report) writeScale(pr func(format string, args ...any)) {
 		pr("|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, n := range c.Held {
 			for _, h := range hs {
+				if why, ok := sc.HeldFailed[heldKey(h.ID(), n)]; ok {
+					pr("| %d | %s | failed: %s | | | | | | |\n", n, h.Name, strings.ReplaceAll(why, "|", "\\|"))
+				}
 				r := sc.held(store, h.Name, n)
 				if r == nil {
 					continue
