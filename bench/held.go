@@ -389,6 +389,9 @@ type HeldResult struct {
 	Goroutines int
 	// Conns is the connections to the store the holder had open.
 	Conns int
+	// Err, if not empty, says why holding failed (a lease lost while
+	// held, say); the figures are then not measured.
+	Err string
 }
 
 // RoundTripsPerSec is the round trips per second of the window.

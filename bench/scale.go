@@ -61,12 +61,7 @@ type Scale struct {
 	// busy timeout with 64 of them on a loaded machine): the run goes
 	// on and the report says so.
 	SpreadFailed map[string]string
-	// HeldFailed says, by holding (store/name) and N, why holding N
-	// leases failed there (a lease lost while held, say).
-	HeldFailed map[string]string
 }
-
-func heldKey(id string, n int) string { return id + "/" + strconv.Itoa(n) }
 
 // SpreadResult is Clients clients of one contender acquiring and
 // releasing keys drawn at random from Keys keys.
@@ -106,11 +101,7 @@ func MeasureScale(ctx context.Context, srv *Servers, stores []string, cfg ScaleC
 						return nil, fmt.Errorf("%s: holding %d: %w", hs[j].ID(), n, err)
 					}
 					logf("%s: holding %d: %v", hs[j].ID(), n, err)
-					if sc.HeldFailed == nil {
-						sc.HeldFailed = map[string]string{}
-					}
-					sc.HeldFailed[heldKey(hs[j].ID(), n)] = firstError(err)
-					continue
+					r = &HeldResult{Holding: hs[j], N: n, Err: firstError(err)}
 				}
 				sc.Held = append(sc.Held, r)
 			}
@@ -251,9 +242,11 @@ func floorOf(store, name string) string {
 	return ""
 }
 
+// held is the result of holding n leases by store/name, nil if none or
+// if it failed.
 func (sc *Scale) held(store, name string, n int) *HeldResult {
 	for _, r := range sc.Held {
-		if r.Holding.Store == store && r.Holding.Name == name && r.N == n {
+		if r.Holding.Store == store && r.Holding.Name == name && r.N == n && r.Err == "" {
 			return r
 		}
 	}
@@ -305,8 +298,10 @@ func (rep *Report) ScaleTargets() []Target {
 				raw := floorOf(store, h.Name)
 				for _, n := range sc.Config.Held {
 					f, o := sc.held(store, h.Name, n), sc.held(store, raw, n)
-					if why, ok := sc.HeldFailed[heldKey(h.ID(), n)]; ok {
-						add("holding N leases", store, false, "%s, N = %d: %s", h.Name, n, why)
+					for _, r := range sc.Held {
+						if r.Holding.ID() == h.ID() && r.N == n && r.Err != "" {
+							add("holding N leases", store, false, "%s, N = %d: %s", h.Name, n, r.Err)
+						}
 					}
 					if f == nil {
 						continue

@@ -204,3 +204,27 @@ func TestFirstError(t *testing.T) {
 		t.Errorf("firstError(a, b, c) = %q, want %q", got, "a (and 2 more)")
 	}
 }
+
+// A holding that failed (fence losing leases it could not renew in
+// time) shows in its table row and as a target not met.
+func TestScaleHeldFailed(t *testing.T) {
+	fence := Holding{Store: "redis", Name: "fence", Role: RoleFence}
+	raw := Holding{Store: "redis", Name: "raw", Role: RoleRaw}
+	rep := &Report{Scale: &Scale{Config: ScaleConfig{Held: []int{10000}, TTL: 3 * time.Second}, Held: []*HeldResult{
+		{Holding: fence, N: 10000, Err: "9988 of 10000 leases lost while held"},
+		{Holding: raw, N: 10000, Window: 9 * time.Second, Renewals: 9, RoundTrips: 9, Commands: 270000, CPU: time.Second, Conns: 1},
+	}}}
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"| 10000 | fence | failed: 9988 of 10000 leases lost while held |", "| 10000 | raw | 1.00 |",
+		"| holding N leases | redis | fence, N = 10000: 9988 of 10000 leases lost while held | no |"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+	if strings.Contains(md.String(), "NaN") || strings.Contains(md.String(), "Inf") {
+		t.Errorf("report has NaN or Inf:\n%s", md.String())
+	}
+}

@@ -43,8 +43,10 @@ func (rep *Report) writeScale(pr func(format string, args ...any)) {
 		pr("|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, n := range c.Held {
 			for _, h := range hs {
-				if why, ok := sc.HeldFailed[heldKey(h.ID(), n)]; ok {
-					pr("| %d | %s | failed: %s | | | | | | |\n", n, h.Name, strings.ReplaceAll(why, "|", "\\|"))
+				for _, r := range sc.Held {
+					if r.Holding.ID() == h.ID() && r.N == n && r.Err != "" {
+						pr("| %d | %s | failed: %s | | | | | | |\n", n, h.Name, strings.ReplaceAll(r.Err, "|", "\\|"))
+					}
 				}
 				r := sc.held(store, h.Name, n)
 				if r == nil {
@@ -177,7 +179,7 @@ func (rep *Report) WriteCharts(dir, link string) error {
 		for _, store := range sc.heldStores() {
 			var cpu, rt []series
 			for _, r := range sc.Held {
-				if r.Holding.Store != store {
+				if r.Holding.Store != store || r.Err != "" {
 					continue
 				}
 				i := slices.IndexFunc(cpu, func(s series) bool { return s.name == r.Holding.Name })
