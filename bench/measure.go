@@ -45,7 +45,14 @@ type Config struct {
 
 // DefaultConfig is the full run that docs/performance.md reports.
 func DefaultConfig() Config {
-	return Config{Rounds: 10, Ops: 200, Parallel: 8, Handoffs: 20, Waiters: []int{1, 8, 32}, Hold: 5 * time.Millisecond}
+	return Config{Rounds: 10, Ops: 200, Parallel: 8, Handoffs: 20, Waiters: []int{1, 8, 32, 128}, Hold: 5 * time.Millisecond}
+}
+
+// HandoffRounds is the rounds of the handoff measurement with w waiters:
+// Rounds, but fewer above 64 waiters (half as many with 128), so that the
+// clients opened and the waits do not make the run much longer.
+func (c Config) HandoffRounds(w int) int {
+	return max(1, min(c.Rounds, c.Rounds*64/w))
 }
 
 // QuickConfig is a run of a few seconds per store, for the smoke test and
@@ -214,8 +221,9 @@ func Run(ctx context.Context, srv *Servers, contenders []Contender, cfg Config) 
 	}
 
 	for _, w := range cfg.Waiters {
-		logf("%s: handoff, %d waiters: %d rounds of %d handoffs", contenders[0].Store, w, cfg.Rounds, cfg.Handoffs)
-		for round := range cfg.Rounds {
+		rounds := cfg.HandoffRounds(w)
+		logf("%s: handoff, %d waiters: %d rounds of %d handoffs", contenders[0].Store, w, rounds, cfg.Handoffs)
+		for round := range rounds {
 			for _, i := range turnOrder(len(contenders), w*cfg.Rounds+round) {
 				c, r := contenders[i], results[i]
 				key := fmt.Sprintf("bench/h%d/%s/%d", w, c.Name, round)
@@ -225,7 +233,7 @@ func Run(ctx context.Context, srv *Servers, contenders []Contender, cfg Config) 
 				}
 				r.handoff[w] = append(r.handoff[w], lat...)
 			}
-			logf("  round %d/%d done", round+1, cfg.Rounds)
+			logf("  round %d/%d done", round+1, rounds)
 		}
 	}
 

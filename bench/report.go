@@ -53,6 +53,10 @@ type Report struct {
 	Stores   []string
 	Results  []*Result
 	Analysis string // markdown appended at the end; see Analysis
+	// Scale, if not nil, is the scale section's measurement.
+	Scale *Scale
+	// Charts are the SVG files WriteCharts wrote, linked from the report.
+	Charts []Chart
 }
 
 func (rep *Report) result(store, name string) *Result {
@@ -298,7 +302,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		"take one key in turn; a holder keeps it until all the others are inside their Lock call and %v more "+
 		"(the first holder of each turn 100 ms more again, so that every waiter is queued before the first handoff), "+
 		"then releases; the figure is the time from its Unlock call to another client's Lock returning. "+
-		"%d rounds, %d handoffs per contender per round\n", c.Hold, c.Rounds, c.Handoffs)
+		"%d rounds, %d handoffs per contender per round%s\n", c.Hold, c.Rounds, c.Handoffs, fewerRounds(c))
 	pr("- ratios are fence's figure divided by the other's: below 1 fence takes less time (or allocates less); " +
 		"for pairs/s above 1 fence does more\n")
 	pr("- timings on a shared 2-core machine are noisy; compare ratios more than absolute figures, and rerun before trusting a difference under about 10%%\n\n")
@@ -334,6 +338,10 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 			pr("\n")
 		}
 		pr("\n")
+	}
+
+	if rep.Scale != nil {
+		rep.writeScale(pr)
 	}
 
 	pr("## Targets\n\n")
@@ -396,6 +404,20 @@ func Measure(ctx context.Context, srv *Servers, stores []string, cfg Config) (*R
 		Results:  results,
 		Analysis: Analysis,
 	}, nil
+}
+
+// fewerRounds says which handoff measurements have fewer rounds.
+func fewerRounds(c Config) string {
+	var s []string
+	for _, w := range c.Waiters {
+		if r := c.HandoffRounds(w); r != c.Rounds {
+			s = append(s, fmt.Sprintf("%d with %s", r, waitersText(w)))
+		}
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(s, ", ") + ", so that the clients opened and the waits keep the run short)"
 }
 
 func waitersText(n int) string {

@@ -57,6 +57,9 @@ func StartServers(tb testing.TB, stores []string) *Servers {
 			if hasPgStatStatements(testserver.Require(tb, "postgres")) {
 				opts = append(opts, testserver.Args("-c", "shared_preload_libraries=pg_stat_statements"))
 			}
+			// 128 waiters, each a client of its own, and 64 clients with a
+			// lease (and in session mode a connection) each.
+			opts = append(opts, testserver.Args("-c", "max_connections=1000"))
 			pg := testserver.Postgres(tb, opts...)
 			srv.PostgresDSN = pg.DSN()
 			srv.Versions[s] = "PostgreSQL " + postgresVersion(ctx, pg.DSN())
@@ -215,6 +218,51 @@ func (srv *Servers) serverTime(ctx context.Context, store string) (time.Duration
 		return time.Duration(ms * float64(time.Millisecond)), true
 	}
 	return 0, false
+}
+
+// commands returns how many commands (Redis: INFO commandstats, those a
+// script calls included) or statements (PostgreSQL: pg_stat_statements)
+// the store's server has run so far, or false where it cannot tell. The
+// benchmark's own queries for it are left out.
+func (srv *Servers) commands(ctx context.Context, store string) (int64, bool) {
+	if srv == nil {
+		return 0, false
+	}
+	if _, ok := srv.serverTime(ctx, store); !ok { // opens the admin connection
+		return 0, false
+	}
+	switch store {
+	case "redis":
+		info, err := srv.redisAdmin.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return 0, false
+		}
+		return commandCalls(info), true
+	case "postgres":
+		var n int64
+		err := srv.pgAdmin.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+			WHERE query NOT LIKE '%pg_stat_statements%'`).Scan(&n)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// commandCalls sums the calls of INFO commandstats, INFO's own left out.
+func commandCalls(info string) int64 {
+	var n int64
+	for line := range strings.SplitSeq(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		for f := range strings.SplitSeq(stats, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 // Close closes the connections serverTime opened.
