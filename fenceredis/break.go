@@ -23,7 +23,7 @@ var (
 // live one, its until name with it: the key is free at once. KEYS: lock,
 // counter, until. ARGV: token, channel. Reply: {1, value, pttl, token} if
 // broken, else heldReply (value false if free).
-var breakScript = redis.NewScript(heldReply + `
+var breakScript = redis.NewScript(publish + heldReply + `
 local value = redis.call('GET', KEYS[1])
 if not value then
   return held()
@@ -35,11 +35,7 @@ end
 local reply = held(value)
 reply[1] = 1
 redis.call('DEL', KEYS[1], KEYS[3])
-if redis.REDIS_VERSION_NUM then
-  redis.call('SPUBLISH', ARGV[2], 'released')
-else
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
+announce(ARGV[2])
 return reply
 `)
 

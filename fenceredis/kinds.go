@@ -210,17 +210,6 @@ touch()
 return 1
 `)
 
-// publish is the release announcement, as in releaseScript.
-const publish = `
-local function announce(channel)
-  if redis.REDIS_VERSION_NUM then
-    redis.call('SPUBLISH', channel, 'released')
-  else
-    redis.call('PUBLISH', channel, 'released')
-  end
-end
-`
-
 // memberReleaseScript releases a semaphore slot or a read lease. ARGV:
 // owner, channel. Reply: 1, 2 if it had expired (removed all the same),
 // or 0 if not held.

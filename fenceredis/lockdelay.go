@@ -74,7 +74,7 @@ return 1
 // refused once the lease's end has passed (the delay then runs on).
 // KEYS: lock, until. ARGV: lock value, channel. Reply: 1, or 0 if not
 // held.
-var releaseDelayedScript = redis.NewScript(nowMs + `
+var releaseDelayedScript = redis.NewScript(publish + nowMs + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -82,11 +82,7 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') <= now_ms() then
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-if redis.REDIS_VERSION_NUM then
-  redis.call('SPUBLISH', ARGV[2], 'released')
-else
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
+announce(ARGV[2])
 return 1
 `)
 

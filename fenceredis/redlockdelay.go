@@ -75,16 +75,12 @@ return 1
 // does: the second phase of a delayed release, and the rollback of a
 // delayed acquisition that failed (which never was a lease). KEYS: lock,
 // until. ARGV: lock value, channel. Reply: 1, or 0 if not held.
-var dropScript = redis.NewScript(`
+var dropScript = redis.NewScript(publish + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-if redis.REDIS_VERSION_NUM then
-  redis.call('SPUBLISH', ARGV[2], 'released')
-else
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
+announce(ARGV[2])
 return 1
 `)
 

@@ -112,21 +112,29 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 `)
 
-// releaseScript is compare-and-DEL, then a message on the release channel:
-// sharded pub/sub on Redis 7 and later (the only ones with
-// redis.REDIS_VERSION_NUM), plain pub/sub before. The waiters' side
-// (watch.go) makes the same choice from the same fact. KEYS: the lock
-// alone. ARGV: lock value, channel. Reply: 1, or 0 if not held.
-var releaseScript = redis.NewScript(`
+// publish defines announce(channel), the release announcement of every
+// script that frees a key: sharded pub/sub on Redis 7 and later (the
+// only ones with redis.REDIS_VERSION_NUM), plain pub/sub before. The
+// waiters' side (watch.go) makes the same choice from the same fact.
+const publish = `
+local function announce(channel)
+  if redis.REDIS_VERSION_NUM then
+    redis.call('SPUBLISH', channel, 'released')
+  else
+    redis.call('PUBLISH', channel, 'released')
+  end
+end
+`
+
+// releaseScript is compare-and-DEL, then a message on the release channel
+// (announce). KEYS: the lock alone. ARGV: lock value, channel. Reply: 1,
+// or 0 if not held.
+var releaseScript = redis.NewScript(publish + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if redis.REDIS_VERSION_NUM then
-  redis.call('SPUBLISH', ARGV[2], 'released')
-else
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
+announce(ARGV[2])
 return 1
 `)
 
