@@ -39,7 +39,7 @@ type LeaseStore struct {
 
 	listen *listener
 
-	qAcquire, qHolder, qExtend, qRelease, qInspect, qList string
+	qAcquire, qHolder, qExtend, qExtendBatch, qRelease, qInspect, qList string
 
 	qSemLock, qSemTake, qSemExtend, qSemRelease string
 }
@@ -97,8 +97,15 @@ func NewLeaseStore(pool *pgxpool.Pool, opts ...Option) (*LeaseStore, error) {
 	d.qHolder = `SELECT owner, token, meta, ` + leftUS + `
 		FROM ` + L + ` WHERE key = $1 AND owner IS NOT NULL`
 
-	d.qExtend = `UPDATE ` + L + ` SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
-		WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`
+	// Extend, alone or in a batch (ExtendBatch), moves the expiry of a
+	// live lease only: extendable refuses one past its expiry, in its
+	// lock-delay or not.
+	d.qExtend = `UPDATE ` + L + ` AS l SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+		WHERE l.key = $1 AND l.owner = $2 AND ` + extendable
+	d.qExtendBatch = `UPDATE ` + L + ` AS l SET expires_at = clock_timestamp() + t.ttl_us * interval '1 microsecond'
+		FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS t(key, owner, ttl_us, i)
+		WHERE l.key = t.key AND l.owner = t.owner AND ` + extendable + `
+		RETURNING t.i`
 
 	// Release clears the owner only if it is ours, keeps the token and the
 	// expiry (so it can tell whether the lease had expired) and announces
@@ -121,6 +128,10 @@ func NewLeaseStore(pool *pgxpool.Pool, opts ...Option) (*LeaseStore, error) {
 // leftUS is the time, in µs by the server's clock, until a lock row no
 // longer blocks its key: its expiry plus its lock-delay.
 const leftUS = `ceil(extract(epoch FROM expires_at + lock_delay - clock_timestamp()) * 1e6)::bigint`
+
+// extendable is the condition, beside its key and owner, on which a lock
+// row's lease (alias l) is extended: it has not expired.
+const extendable = `l.expires_at > clock_timestamp()`
 
 // SupportsLockDelay implements fence.LockDelayer: lease mode keeps the
 // lock-delay of locks, in the lease's row (not of semaphores).
@@ -235,9 +246,14 @@ func (c *leaseClaim) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("fencepg: extend %q: %w", c.key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %q: lease of %s expired or taken over", fence.ErrNotHeld, c.key, c.owner)
+		return c.notHeld()
 	}
 	return nil
+}
+
+// notHeld is the refusal of an extension of c, alone or in a batch.
+func (c *leaseClaim) notHeld() error {
+	return fmt.Errorf("%w: %q: lease of %s expired or taken over", fence.ErrNotHeld, c.key, c.owner)
 }
 
 func (c *leaseClaim) Release(ctx context.Context) error {
