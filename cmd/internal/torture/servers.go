@@ -213,6 +213,9 @@ func init() {
 			wipe:    wipeNATS(srv.Addr()),
 			// Per-message TTLs are whole seconds, rounded up.
 			hold: func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
+			// A server that lost its data lost the bucket too; restoring
+			// it as set up would roll its sequence back (docs/nats.md).
+			emptyBare: true,
 		}
 		return s, s.saveEmpty("nats-server", srv.Process)
 	})

@@ -36,8 +36,13 @@ type Store struct {
 	// empty are the server processes an empty restart kills and brings
 	// back with their saved empty data directories, in start order;
 	// emptyOne: one of them per episode, in turn (a cluster member).
-	empty     []*testserver.Process
-	emptyOne  bool
+	empty    []*testserver.Process
+	emptyOne bool
+	// emptyBare saves the data directories before the store is set up:
+	// for a store whose setup is data a real loss takes with it (a NATS
+	// bucket, whose stream sequence is the token), so that the restart
+	// is empty and not a rollback to the setup.
+	emptyBare bool
 	emptyN    int
 	emptyName string
 	// emptyTTL is the TTL a restart-empty plan needs for the server to be
@@ -209,20 +214,10 @@ var maxEmptyTTL = 5 * time.Second
 // once (tables, bucket: what an operator creates before fence runs), then
 // saves each server's data directory as its empty state.
 func (s *Store) saveEmpty(name string, ps ...*testserver.Process) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ttl := max(time.Second, s.minTTL)
-	drv, closer, err := storeurl.Open(ctx, s.url(s.addrs, ttl))
-	if err != nil {
-		return fmt.Errorf("setting the store up: %w", err)
-	}
-	c, err := drv.TryAcquire(ctx, fence.Request{Key: "torture/setup", Owner: "torture-setup", TTL: ttl})
-	if err == nil {
-		err = c.Release(ctx)
-	}
-	closer.Close()
-	if err != nil {
-		return fmt.Errorf("setting the store up: %w", err)
+	if !s.emptyBare {
+		if err := s.setUp(); err != nil {
+			return err
+		}
 	}
 	var start time.Duration
 	for _, p := range ps {
@@ -238,6 +233,30 @@ func (s *Store) saveEmpty(name string, ps ...*testserver.Process) error {
 	}
 	s.empty, s.emptyName = ps, name
 	s.emptyTTL = min(maxEmptyTTL, (3 * start).Round(100*time.Millisecond))
+	if s.emptyBare {
+		return s.setUp()
+	}
+	return nil
+}
+
+// setUp makes the store ready for workers: one acquisition and release,
+// which creates what the driver creates on first use.
+func (s *Store) setUp() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ttl := max(time.Second, s.minTTL)
+	drv, closer, err := storeurl.Open(ctx, s.url(s.addrs, ttl))
+	if err != nil {
+		return fmt.Errorf("setting the store up: %w", err)
+	}
+	c, err := drv.TryAcquire(ctx, fence.Request{Key: "torture/setup", Owner: "torture-setup", TTL: ttl})
+	if err == nil {
+		err = c.Release(ctx)
+	}
+	closer.Close()
+	if err != nil {
+		return fmt.Errorf("setting the store up: %w", err)
+	}
 	return nil
 }
 
