@@ -17,30 +17,50 @@ var _ fence.Breaker = (*Store)(nil)
 // deletes exactly the lease with that token or nothing. The next
 // holder's token is a later revision. The broken holder's watch on its
 // entry reports the loss; the next waiter in the queue takes the key.
+//
+// A break deletes the holder's lock-delay entry with it, and a break of
+// a lost holder in its lock-delay deletes the delay entry alone (if it
+// is unchanged since it was read): either frees the key at once.
 func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
+	delay := d.delayName(key)
 	for {
-		resp, err := d.cli.Get(ctx, d.dir(key), clientv3.WithFirstCreate()...)
+		resp, err := d.cli.Txn(ctx).
+			Then(clientv3.OpGet(d.dir(key), clientv3.WithFirstCreate()...), clientv3.OpGet(delay)).
+			Commit()
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fenceetcd: break %q: %w", key, err)
 		}
-		h, ok := holder(key, resp.Kvs)
+		kvs, lost := rangeOf(resp, 0), rangeOf(resp, 1)
+		var (
+			cmps []clientv3.Cmp
+			dels []clientv3.Op
+		)
+		if len(lost) > 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(delay), "=", lost[0].ModRevision))
+			dels = append(dels, clientv3.OpDelete(delay))
+		}
+		h, ok := holder(key, kvs)
 		switch {
-		case !ok:
+		case ok:
+			name := string(kvs[0].Key)
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(name), "=", h.Token))
+			dels = append(dels, clientv3.OpDelete(name))
+		case len(lost) > 0:
+			h = lostHolder(key, lost[0])
+		default:
 			return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
-		case token != 0 && h.Token != token:
+		}
+		if token != 0 && h.Token != token {
 			return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
 		}
-		name := string(resp.Kvs[0].Key)
-		tx, err := d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(name), "=", h.Token)).
-			Then(clientv3.OpDelete(name)).
-			Commit()
+		tx, err := d.cli.Txn(ctx).If(cmps...).Then(dels...).Commit()
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fenceetcd: break %q: %w", key, err)
 		}
 		if tx.Succeeded {
 			return h, nil
 		}
-		// The entry went (released, expired) since it was read: look again.
+		// The entries changed (released, expired, moved) since they were
+		// read: look again.
 	}
 }

@@ -24,6 +24,13 @@ type claim struct {
 	slot   int
 	rev    int64 // its create revision: the token
 
+	// The lock-delay entry's name ("" if none), lease, value and delay
+	// (see lockdelay.go).
+	delay      string
+	delayLease clientv3.LeaseID
+	delayVal   string
+	delayDur   time.Duration
+
 	*lossnote.Note             // NotifyLost
 	stopSession    func() bool // stops reporting the session's end
 
@@ -89,6 +96,9 @@ func (c *claim) watch(ctx context.Context) {
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
 					c.Report(fmt.Errorf("%w: %q: holder entry %s was deleted", fence.ErrNotHeld, c.key, c.name))
+					if c.dropDelay() {
+						c.startDelay()
+					}
 					return
 				}
 			}
@@ -114,6 +124,9 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if !resp.Succeeded {
 		c.stopWatch()
+		if c.dropDelay() {
+			c.startDelay()
+		}
 		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
 	}
 	c.pendingWatch.Start()
@@ -132,8 +145,8 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 // Release compares the create revision.
 func (c *claim) Release(ctx context.Context) error {
 	defer c.stopWatch()
-	if c.slot < 0 {
-		return c.releaseResumed(ctx)
+	if c.slot < 0 || c.delay != "" {
+		return c.releaseChecked(ctx)
 	}
 	resp, err := c.d.cli.Delete(ctx, c.name)
 	if err != nil {
@@ -146,17 +159,30 @@ func (c *claim) Release(ctx context.Context) error {
 	return nil
 }
 
-// releaseResumed deletes the entry only if it is still this claim's.
-func (c *claim) releaseResumed(ctx context.Context) error {
+// releaseChecked deletes the entry only if it is still this claim's, and
+// with it the claim's lock-delay entry, if any, in the same transaction:
+// a lost holder's late Release leaves the delay in place.
+func (c *claim) releaseChecked(ctx context.Context) error {
+	then := []clientv3.Op{clientv3.OpDelete(c.name)}
+	if c.delay != "" {
+		then = append(then, clientv3.OpDelete(c.delay))
+	}
 	resp, err := c.d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(c.name), "=", c.rev)).
-		Then(clientv3.OpDelete(c.name)).
+		Then(then...).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("fenceetcd: release %q: %w", c.key, err)
 	}
+	c.s.freeSlot(c.prefix, c.slot) // deleted now, or gone already
 	if !resp.Succeeded {
+		if c.dropDelay() {
+			c.startDelay() // lost: the delay runs from now
+		}
 		return fmt.Errorf("%w: %q: holder entry %s is gone", fence.ErrNotHeld, c.key, c.name)
+	}
+	if c.dropDelay() {
+		_, _ = c.d.cli.Revoke(ctx, c.delayLease) // nothing is bound to it now
 	}
 	return nil
 }

@@ -42,6 +42,10 @@
 //   - Resume (fence.Resumer) binds the holder entry, if its owner and
 //     create revision match, to this process's session in one
 //     transaction (see resume.go); the token stays.
+//   - A lock-delay (fence.LockDelayer) is a delay entry beside the key's
+//     queue, put in the acquisition's transaction under an etcd lease of
+//     its own that outlives the session by the delay; every lock
+//     acquisition requires it absent (see lockdelay.go).
 //
 // # Sessions
 //
@@ -222,25 +226,38 @@ func (d *Store) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	if req.Kind == fence.KindSemaphore {
 		return d.trySlot(ctx, s, req, q)
 	}
+	dl, err := d.grantDelay(ctx, s, req, 0)
+	if err != nil {
+		s.freeSlot(q.prefix, q.slot)
+		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+	}
 	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id))).
-		Else(clientv3.OpGet(q.dir, clientv3.WithFirstCreate()...)).
+		If(append(delayFree(q), clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix())...).
+		Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))...).
+		Else(append([]clientv3.Op{clientv3.OpGet(q.dir, clientv3.WithFirstCreate()...)}, delayGet(q)...)...).
 		Commit()
 	if err != nil {
-		// The put may have been applied though the reply was lost.
+		// The puts may have been applied though the reply was lost.
 		d.abandon(s, q, s)
+		d.revokeDelay(dl)
 		return nil, d.opError("acquire", req.Key, err, s)
 	}
 	if !resp.Succeeded {
 		s.freeSlot(q.prefix, q.slot) // nothing was put
-		held := &fence.HeldError{Key: req.Key}
-		if h, ok := holder(req.Key, resp.Responses[0].GetResponseRange().Kvs); ok {
-			held.Holder = &h
-		}
-		return nil, held
+		d.revokeDelay(dl)
+		return nil, heldBy(req.Key, resp.Responses[0].GetResponseRange().Kvs, rangeOf(resp, 1))
 	}
-	return d.newClaim(s, req.Key, q, resp.Header.Revision), nil
+	c := d.newClaim(s, req.Key, q, resp.Header.Revision)
+	c.keepDelay(dl, q.delay)
+	return c, nil
+}
+
+// rangeOf is the keys read by the i-th operation of resp, if it has one.
+func rangeOf(resp *clientv3.TxnResponse, i int) []*mvccpb.KeyValue {
+	if i >= len(resp.Responses) {
+		return nil
+	}
+	return resp.Responses[i].GetResponseRange().Kvs
 }
 
 // Acquire implements fence.BlockingAcquirer: it queues this owner's entry
@@ -266,9 +283,14 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 	// first wait, not before, so that clients that never wait keep no
 	// second lease alive).
 	w := d.grantedWaitSession(s)
+	dl, err := d.grantDelay(ctx, s, req, 0)
+	if err != nil {
+		s.freeSlot(q.prefix, q.slot)
+		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+	}
 	txn := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))
+		If(append(delayFree(q), clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix())...).
+		Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))...)
 	bound := []*session{s}
 	if w != nil {
 		txn = txn.Else(clientv3.OpPut(q.name, encodeWaitingEntry(req), clientv3.WithLease(w.id)))
@@ -277,34 +299,46 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 	resp, err := txn.Commit()
 	if err != nil {
 		d.abandon(s, q, bound...)
+		d.revokeDelay(dl)
 		return nil, d.opError("acquire", req.Key, err, bound...)
 	}
 	rev := resp.Header.Revision
-	if !resp.Succeeded {
-		if w == nil {
-			if w, err = d.waitSession(ctx, s); err != nil {
-				s.freeSlot(q.prefix, q.slot) // nothing was put
-				return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
-			}
-			put, err := d.cli.Put(ctx, q.name, encodeWaitingEntry(req), clientv3.WithLease(w.id))
-			if err != nil {
-				d.abandon(s, q, w)
-				return nil, d.opError("acquire", req.Key, err, s, w)
-			}
-			rev = put.Header.Revision
-		}
-		if err := d.waitTurn(ctx, s, w, q.ahead, q.name, rev); err != nil {
-			d.abandon(s, q, w)
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
-		}
-		if err := d.rebind(ctx, s, w, q, rev); err != nil {
-			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
-		}
+	if resp.Succeeded {
+		c := d.newClaim(s, req.Key, q, rev)
+		c.keepDelay(dl, q.delay)
+		return c, nil
 	}
-	return d.newClaim(s, req.Key, q, rev), nil
+	// The delay lease would expire while waiting: the rebind grants one.
+	d.revokeDelay(dl)
+	if w == nil {
+		if w, err = d.waitSession(ctx, s); err != nil {
+			s.freeSlot(q.prefix, q.slot) // nothing was put
+			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+		}
+		put, err := d.cli.Put(ctx, q.name, encodeWaitingEntry(req), clientv3.WithLease(w.id))
+		if err != nil {
+			d.abandon(s, q, w)
+			return nil, d.opError("acquire", req.Key, err, s, w)
+		}
+		rev = put.Header.Revision
+	}
+	if err := d.waitTurn(ctx, s, w, q.ahead, q.name, rev); err != nil {
+		d.abandon(s, q, w)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+	}
+	dl, err = d.rebind(ctx, s, w, q, rev, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+	}
+	c := d.newClaim(s, req.Key, q, rev)
+	c.keepDelay(dl, q.delay)
+	return c, nil
 }
 
 var (
@@ -325,25 +359,48 @@ var (
 // If the entry has gone meanwhile (the waiter lease expired), nothing is
 // put and the wait fails. The entry is deleted again if the outcome is
 // unknown.
-func (d *Store) rebind(ctx context.Context, s, w *session, q queue, rev int64) error {
-	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(q.name), "=", rev)).
-		Then(clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id))).
-		Commit()
-	if err != nil {
-		d.abandon(s, q, s, w)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.end(errSessionGone)
-			return errSessionGone
+//
+// For a lock, the transaction also compares that the key has no
+// lock-delay entry, and puts the entry of req's own delay, if it asks
+// for one, under a lease granted for it (returned): while a lost
+// holder's delay runs, the entry, first in the queue, waits for the
+// delay entry's deletion.
+func (d *Store) rebind(ctx context.Context, s, w *session, q queue, rev int64, req fence.Request) (*delayLease, error) {
+	for {
+		dl, err := d.grantDelay(ctx, s, req, rev)
+		if err != nil {
+			d.abandon(s, q, w)
+			return nil, err
 		}
-		return err
+		resp, err := d.cli.Txn(ctx).
+			If(append(delayFree(q), clientv3.Compare(clientv3.CreateRevision(q.name), "=", rev))...).
+			Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))...).
+			Else(append([]clientv3.Op{clientv3.OpGet(q.name)}, delayGet(q)...)...).
+			Commit()
+		if err != nil {
+			d.abandon(s, q, s, w)
+			d.revokeDelay(dl)
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				s.end(errSessionGone)
+				return nil, errSessionGone
+			}
+			return nil, err
+		}
+		if resp.Succeeded {
+			return dl, nil
+		}
+		d.revokeDelay(dl)
+		if mine := rangeOf(resp, 0); len(mine) == 0 || mine[0].CreateRevision != rev {
+			err := d.entryGone(ctx, s, w)
+			d.abandon(s, q, w) // gone: this frees its name
+			return nil, err
+		}
+		// A lost holder's lock-delay runs.
+		if err := d.waitDelay(ctx, s, w, q.delay, resp.Header.Revision); err != nil {
+			d.abandon(s, q, w)
+			return nil, err
+		}
 	}
-	if !resp.Succeeded {
-		err := d.entryGone(ctx, s, w)
-		d.abandon(s, q, w) // gone: this frees its name
-		return err
-	}
-	return nil
 }
 
 // waitTurn returns once no entry under ahead was created before the entry
@@ -546,23 +603,36 @@ func (d *Store) leaseGone(leases []*session) error {
 // so Holder.ExpiresIn is 0. While the first entry is a waiter that has
 // not bound it to its session yet, the key has no holder: its next
 // waiter is taking it, or died waiting and its entry is about to expire.
+// A key in a lost holder's lock-delay shows that holder, with ExpiresIn
+// the time left on the delay entry's lease.
 func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
-	resp, err := d.cli.Get(ctx, d.dir(key), clientv3.WithFirstCreate()...)
+	resp, err := d.cli.Txn(ctx).
+		Then(clientv3.OpGet(d.dir(key), clientv3.WithFirstCreate()...), clientv3.OpGet(d.delayName(key))).
+		Commit()
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
 	}
-	h, ok := holder(key, resp.Kvs)
-	if !ok {
-		if len(resp.Kvs) > 0 {
-			return fence.Holder{}, fmt.Errorf("%w: %q has no holder: it is being handed to the next waiter", fence.ErrNotHeld, key)
-		}
-		return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+	kvs := rangeOf(resp, 0)
+	h, ok := holder(key, kvs)
+	if ok {
+		return h, nil
 	}
-	return h, nil
+	if lost := rangeOf(resp, 1); len(lost) > 0 {
+		h, err := d.delayHolder(ctx, key, lost[0])
+		if err != nil {
+			return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
+		}
+		return h, nil
+	}
+	if len(kvs) > 0 {
+		return fence.Holder{}, fmt.Errorf("%w: %q has no holder: it is being handed to the next waiter", fence.ErrNotHeld, key)
+	}
+	return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 }
 
 // List implements fence.Lister. It reads every queue entry under prefix in
-// one range request.
+// one range request, and shows the lost holder of a key in its lock-delay
+// from its delay entry (with one more request for its lease's TTL).
 func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
 	resp, err := d.cli.Get(ctx, d.root+names.Encode(prefix),
 		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -571,8 +641,14 @@ func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 	}
 	var hs []fence.Holder
 	seen := make(map[string]bool)
+	held := make(map[string]bool)
+	var delayed []*mvccpb.KeyValue
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), d.root)
+		if enc, ok := strings.CutSuffix(rest, "%lockdelay"); ok && !strings.Contains(enc, "/") {
+			delayed = append(delayed, kv)
+			continue
+		}
 		i := strings.IndexByte(rest, '/')
 		if i < 0 || seen[rest[:i]] {
 			continue // not ours, or a waiter behind the holder
@@ -584,7 +660,20 @@ func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 		}
 		if h, ok := holder(key, []*mvccpb.KeyValue{kv}); ok {
 			hs = append(hs, h)
+			held[rest[:i]] = true
 		}
+	}
+	for _, kv := range delayed {
+		enc := strings.TrimSuffix(strings.TrimPrefix(string(kv.Key), d.root), "%lockdelay")
+		key, err := names.Decode(enc)
+		if err != nil || held[enc] {
+			continue // not ours, or its holder lives
+		}
+		h, err := d.delayHolder(ctx, key, kv)
+		if err != nil {
+			return nil, fmt.Errorf("fenceetcd: list %q: %w", prefix, err)
+		}
+		hs = append(hs, h)
 	}
 	slices.SortFunc(hs, func(a, b fence.Holder) int { return strings.Compare(a.Key, b.Key) })
 	return hs, nil

@@ -75,6 +75,13 @@ func conformanceStore(t *testing.T, endpoints []string) fencetest.Store {
 				return err
 			}
 			if len(resp.Kvs) == 0 {
+				// Keys held on one session end together: the holder's
+				// session ended already if its lock-delay runs.
+				if kind == fence.KindLock {
+					if dr, err := cli.Get(ctx, strings.TrimSuffix(d.Dir(key), "/")+"%lockdelay"); err == nil && len(dr.Kvs) > 0 {
+						return nil
+					}
+				}
 				return fmt.Errorf("no entry holds %s %q", kind, key)
 			}
 			_, err = cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))

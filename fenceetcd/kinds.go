@@ -59,6 +59,7 @@ type queue struct {
 	slot   int    // our entry's number among the session's under prefix
 	name   string // our entry: prefix + session.entryName(slot)
 	val    string // its value
+	delay  string // the key's lock-delay entry, for locks (see lockdelay.go)
 }
 
 // queueOf names the entry of an acquisition of req on session s, taking
@@ -83,6 +84,7 @@ func (d *Store) queueOf(s *session, req fence.Request) queue {
 		q.dir = base + "/"
 		q.ahead = q.dir
 		q.prefix = q.dir
+		q.delay = base + "%lockdelay"
 	}
 	q.slot = s.takeSlot(q.prefix)
 	q.name = q.prefix + s.entryName(q.slot)
@@ -154,7 +156,7 @@ func (d *Store) acquireSlot(ctx context.Context, s, w *session, req fence.Reques
 			return nil, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
 		}
 	}
-	if err := d.rebind(ctx, s, w, q, rev); err != nil {
+	if _, err := d.rebind(ctx, s, w, q, rev, req); err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
 	}
 	return d.newClaim(s, req.Key, q, rev), nil

@@ -40,37 +40,51 @@ func (d *Store) tryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fenc
 		return nil, fmt.Errorf("fenceetcd: acquire all: %w", err)
 	}
 	qs := make([]queue, len(reqs))
+	dls := make([]*delayLease, len(reqs))
 	var (
 		cmps  []clientv3.Cmp
 		puts  []clientv3.Op
 		reads []clientv3.Op
+		delay []clientv3.Op
 	)
+	revokeDelays := func() {
+		for _, dl := range dls {
+			d.revokeDelay(dl)
+		}
+	}
 	for i, req := range reqs {
 		q := d.queueOf(s, req)
 		qs[i] = q
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix())
-		puts = append(puts, clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))
+		if dls[i], err = d.grantDelay(ctx, s, req, 0); err != nil {
+			for _, q := range qs[:i+1] {
+				s.freeSlot(q.prefix, q.slot)
+			}
+			revokeDelays()
+			return nil, fmt.Errorf("fenceetcd: acquire all: %w", err)
+		}
+		cmps = append(append(cmps, clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix()), delayFree(q)...)
+		puts = append(append(puts, clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id))), delayPut(q, dls[i])...)
 		reads = append(reads, clientv3.OpGet(q.dir, clientv3.WithFirstCreate()...))
+		delay = append(delay, delayGet(q)...)
 	}
-	resp, err := d.cli.Txn(ctx).If(cmps...).Then(puts...).Else(reads...).Commit()
+	resp, err := d.cli.Txn(ctx).If(cmps...).Then(puts...).Else(append(reads, delay...)...).Commit()
 	if err != nil {
 		// The puts may have been applied though the reply was lost.
 		for _, q := range qs {
 			d.abandon(s, q, s)
 		}
+		revokeDelays()
 		return nil, d.opError("acquire all", reqs[0].Key, err, s)
 	}
 	if !resp.Succeeded {
 		for _, q := range qs {
 			s.freeSlot(q.prefix, q.slot) // nothing was put
 		}
+		revokeDelays()
 		for i, req := range reqs {
-			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
-				held := &fence.HeldError{Key: req.Key}
-				if h, ok := holder(req.Key, kvs); ok {
-					held.Holder = &h
-				}
-				return nil, held
+			first, lost := rangeOf(resp, i), rangeOf(resp, len(reqs)+i)
+			if len(first) > 0 || len(lost) > 0 {
+				return nil, heldBy(req.Key, first, lost)
 			}
 		}
 		// Every entry ahead went between the compare and the reads:
@@ -79,7 +93,9 @@ func (d *Store) tryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fenc
 	}
 	claims := make([]fence.Claim, len(reqs))
 	for i, req := range reqs {
-		claims[i] = d.newClaim(s, req.Key, qs[i], resp.Header.Revision)
+		c := d.newClaim(s, req.Key, qs[i], resp.Header.Revision)
+		c.keepDelay(dls[i], qs[i].delay)
+		claims[i] = c
 	}
 	return claims, nil
 }

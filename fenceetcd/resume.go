@@ -2,9 +2,11 @@ package fenceetcd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -51,41 +53,81 @@ func (d *Store) resume(ctx context.Context, req fence.Request, token int64) (fen
 		return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, err)
 	}
 	val := encodeEntry(req)
+	delay := d.delayName(req.Key)
 	for range 3 {
-		resp, err := d.cli.Get(ctx, d.dir(req.Key), clientv3.WithFirstCreate()...)
+		resp, err := d.cli.Txn(ctx).
+			Then(clientv3.OpGet(d.dir(req.Key), clientv3.WithFirstCreate()...), clientv3.OpGet(delay)).
+			Commit()
 		if err != nil {
 			return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, err)
 		}
-		h, ok := holder(req.Key, resp.Kvs)
+		kvs, lost := rangeOf(resp, 0), rangeOf(resp, 1)
+		h, ok := holder(req.Key, kvs)
 		switch {
+		case !ok && len(lost) > 0:
+			return nil, inDelay(req.Key, lostHolder(req.Key, lost[0]))
 		case !ok:
 			return nil, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, req.Key)
 		case h.Token != token || h.Owner != req.Owner:
 			return nil, &fence.HeldError{Key: req.Key, Holder: &h}
 		}
-		kv := resp.Kvs[0]
+		kv := kvs[0]
 		name := string(kv.Key)
 		if afterResumeRead != nil {
 			afterResumeRead(name)
 		}
-		tx, err := d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(name), "=", token),
-				clientv3.Compare(clientv3.ModRevision(name), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(name, val, clientv3.WithLease(s.id))).
-			Commit()
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(name), "=", token),
+			clientv3.Compare(clientv3.ModRevision(name), "=", kv.ModRevision)}
+		puts := []clientv3.Op{clientv3.OpPut(name, val, clientv3.WithLease(s.id))}
+		// The holder's lock-delay entry moves to a delay lease of this
+		// session: the dead process's is no longer kept alive.
+		dl, err := d.moveDelay(ctx, s, req.Key, lost)
+		if err != nil {
+			return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, err)
+		}
+		if dl != nil {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(delay), "=", lost[0].ModRevision))
+			puts = append(puts, clientv3.OpPut(delay, dl.val, clientv3.WithLease(dl.id)))
+		}
+		tx, err := d.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
 		if err != nil {
 			// The put may have been applied: the entry would then live
 			// with this session, which no claim releases.
 			d.unresume(s, name, token)
+			d.revokeDelay(dl)
 			return nil, d.opError("resume", req.Key, err, s)
 		}
 		if tx.Succeeded {
 			q := queue{dir: d.dir(req.Key), prefix: d.dir(req.Key), slot: -1, name: name, val: val}
-			return d.newClaim(s, req.Key, q, token), nil
+			c := d.newClaim(s, req.Key, q, token)
+			c.keepDelay(dl, delay)
+			if dl != nil {
+				d.revokeDelay(&delayLease{id: clientv3.LeaseID(lost[0].Lease)})
+			}
+			return c, nil
 		}
+		d.revokeDelay(dl)
 		// Released, expired, or changed since it was read: look again.
 	}
 	return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, errResumeRaced)
+}
+
+// moveDelay grants, for a resume on session s, the new lease of the
+// holder's lock-delay entry lost (none if empty), with the entry's value
+// unchanged, so that the lost holder's token and delay stay.
+func (d *Store) moveDelay(ctx context.Context, s *session, key string, lost []*mvccpb.KeyValue) (*delayLease, error) {
+	if len(lost) == 0 {
+		return nil, nil
+	}
+	var e delayEntry
+	if err := json.Unmarshal(lost[0].Value, &e); err != nil {
+		return nil, fmt.Errorf("lock-delay entry of %q: %w", key, err)
+	}
+	resp, err := d.cli.Grant(ctx, wholeSeconds(s.ttl)+wholeSeconds(e.Delay))
+	if err != nil {
+		return nil, fmt.Errorf("grant lock-delay lease: %w", err)
+	}
+	return &delayLease{id: resp.ID, val: string(lost[0].Value), delay: e.Delay}, nil
 }
 
 // unresume deletes the entry name, created at token, if a resume whose

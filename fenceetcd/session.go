@@ -33,6 +33,11 @@ type session struct {
 	// they go under (see takeSlot).
 	slotMu sync.Mutex
 	slots  map[string][]bool
+
+	// delays are the claims whose lock-delay leases the session keeps
+	// alive (see lockdelay.go).
+	delayMu sync.Mutex
+	delays  map[*claim]bool
 }
 
 // takeSlot returns the lowest entry number not in use on this session under
@@ -223,6 +228,7 @@ func (s *session) refresh(ctx context.Context) error {
 		s.until = until
 	}
 	s.mu.Unlock()
+	s.keepDelays(ctx)
 	return nil
 }
 
@@ -250,9 +256,12 @@ func (s *session) keep() {
 		}
 	}
 	if s.err() == errSessionGone {
-		return // etcd said the lease is gone
+		s.startDelays() // etcd said the lease is gone
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(s.ttl, 5*time.Second))
 	defer cancel()
-	_, _ = s.d.cli.Revoke(ctx, s.id)
+	if _, err := s.d.cli.Revoke(ctx, s.id); err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		s.startDelays()
+	}
 }
