@@ -12,10 +12,10 @@ import (
 var _ fence.Breaker = (*Store)(nil)
 
 // Break implements fence.Breaker: it reads key's holder entry and, if
-// its token (create revision) is token (any, for 0), deletes it in a
-// transaction that compares the entry's create revision, so that it
-// deletes exactly the lease with that token or nothing. The next
-// holder's token is a later revision. The broken holder's watch on its
+// its token is token (any, for 0), deletes it in a transaction that
+// compares the entry's create revision, so that it deletes exactly the
+// lease with that token or nothing. The next holder's token is a later
+// revision, plus the same base. The broken holder's watch on its
 // entry reports the loss; the next waiter in the queue takes the key.
 //
 // A break deletes the holder's lock-delay entry with it, and a break of
@@ -25,12 +25,19 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 	delay := d.delayName(key)
 	for {
 		resp, err := d.cli.Txn(ctx).
-			Then(clientv3.OpGet(d.dir(key), clientv3.WithFirstCreate()...), clientv3.OpGet(delay)).
+			Then(clientv3.OpGet(d.dir(key), clientv3.WithFirstCreate()...), clientv3.OpGet(delay), d.epochGet()).
 			Commit()
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fenceetcd: break %q: %w", key, err)
 		}
 		kvs, lost := rangeOf(resp, 0), rangeOf(resp, 1)
+		if len(kvs) == 0 && len(lost) == 0 {
+			return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
+		}
+		base, err := d.baseIn(ctx, resp)
+		if err != nil {
+			return fence.Holder{}, fmt.Errorf("fenceetcd: break %q: %w", key, err)
+		}
 		var (
 			cmps []clientv3.Cmp
 			dels []clientv3.Op
@@ -39,14 +46,14 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(delay), "=", lost[0].ModRevision))
 			dels = append(dels, clientv3.OpDelete(delay))
 		}
-		h, ok := holder(key, kvs)
+		h, ok := holder(key, kvs, base)
 		switch {
 		case ok:
 			name := string(kvs[0].Key)
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(name), "=", h.Token))
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(name), "=", kvs[0].CreateRevision))
 			dels = append(dels, clientv3.OpDelete(name))
 		case len(lost) > 0:
-			h = lostHolder(key, lost[0])
+			h = lostHolder(key, lost[0], base)
 		default:
 			return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
 		}

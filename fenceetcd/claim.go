@@ -22,7 +22,8 @@ type claim struct {
 	// queue.slot); the name is given back once the entry is gone.
 	prefix string
 	slot   int
-	rev    int64 // its create revision: the token
+	rev    int64 // its create revision
+	token  int64 // rev plus the base of the token epoch (epoch.go)
 
 	// The lock-delay entry's name ("" if none), lease, value and delay
 	// (see lockdelay.go).
@@ -38,8 +39,8 @@ type claim struct {
 	stop         context.CancelFunc // ends the watch, once started
 }
 
-func (d *Store) newClaim(s *session, key string, q queue, rev int64) *claim {
-	c := &claim{d: d, s: s, key: key, name: q.name, prefix: q.prefix, slot: q.slot, rev: rev, Note: lossnote.New()}
+func (d *Store) newClaim(s *session, key string, q queue, rev, base int64) *claim {
+	c := &claim{d: d, s: s, key: key, name: q.name, prefix: q.prefix, slot: q.slot, rev: rev, token: base + rev, Note: lossnote.New()}
 	c.stopSession = context.AfterFunc(s.ended, func() {
 		c.Report(fmt.Errorf("%w: %q: %w", fence.ErrNotHeld, c.key, c.s.err()))
 	})
@@ -47,8 +48,9 @@ func (d *Store) newClaim(s *session, key string, q queue, rev int64) *claim {
 	return c
 }
 
-// Token implements fence.Claim: the entry's create revision.
-func (c *claim) Token() int64 { return c.rev }
+// Token implements fence.Claim: the entry's create revision plus the
+// base of the token epoch it was granted under.
+func (c *claim) Token() int64 { return c.token }
 
 // startWatch starts watching the entry for its deletion (an operator's).
 // It runs watchDelay after the grant, or at the first renewal if sooner,

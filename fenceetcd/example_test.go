@@ -12,8 +12,9 @@ import (
 	"github.com/fencing/fence/fenceetcd"
 )
 
-// A lease on etcd: the token is the holder entry's create revision, so it
-// grows across every acquisition, failover and restart of the cluster.
+// A lease on etcd: the token is the holder entry's create revision plus a
+// clock-seeded base, so it grows across every acquisition, failover and
+// restart of the cluster, and across a cluster that lost its data.
 func Example() {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{"http://10.0.0.1:2379", "http://10.0.0.2:2379", "http://10.0.0.3:2379"},

@@ -1,6 +1,7 @@
 // Package fenceetcd is a fence driver on etcd v3: a FIFO queue of
 // contenders per key, each a key bound to a lease the driver keeps alive
-// (its session), whose create revision is the fencing token.
+// (its session), whose create revision, plus a clock-seeded base, is the
+// fencing token.
 //
 // The layout, under the driver's prefix ("fence" by default):
 //
@@ -12,9 +13,12 @@
 // gone, so a key's directory holds few distinct names however often it is
 // taken (see session.takeSlot); the owner is in the value. Every contender puts its entry
 // bound to its session lease; the holder is the entry with the smallest
-// create revision. The token is the holder entry's create revision: etcd's
-// revision counter is cluster-wide, persisted and never goes back, so it
-// grows across releases, expiries, leader changes and restarts.
+// create revision. The token is the holder entry's create revision plus
+// the base of the token epoch (see epoch.go): etcd's revision counter is
+// cluster-wide, persisted and never goes back, so it grows across
+// releases, expiries, leader changes and restarts; and the epoch, seeded
+// from a clock, keeps tokens growing when a cluster that lost its data
+// starts its revisions over.
 //
 //   - TryAcquire is one transaction: if no entry exists under the key, put
 //     ours; otherwise read the holder. It never leaves an entry behind.
@@ -185,9 +189,10 @@ type entry struct {
 	Waiting bool `json:"waiting,omitempty"`
 }
 
-// holder describes the first of kvs, the holder's entry. It reports no
-// holder if that entry is still waiting: then no one holds the key yet.
-func holder(key string, kvs []*mvccpb.KeyValue) (fence.Holder, bool) {
+// holder describes the first of kvs, the holder's entry, with tokens of
+// base. It reports no holder if that entry is still waiting: then no one
+// holds the key yet.
+func holder(key string, kvs []*mvccpb.KeyValue, base int64) (fence.Holder, bool) {
 	if len(kvs) == 0 {
 		return fence.Holder{}, false
 	}
@@ -195,7 +200,7 @@ func holder(key string, kvs []*mvccpb.KeyValue) (fence.Holder, bool) {
 	if json.Unmarshal(kvs[0].Value, &e) == nil && e.Waiting {
 		return fence.Holder{}, false
 	}
-	h := fence.Holder{Key: key, Token: kvs[0].CreateRevision, Owner: e.Owner, Meta: e.Meta}
+	h := fence.Holder{Key: key, Token: base + kvs[0].CreateRevision, Owner: e.Owner, Meta: e.Meta}
 	return h, true
 }
 
@@ -233,8 +238,8 @@ func (d *Store) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	}
 	resp, err := d.cli.Txn(ctx).
 		If(append(delayFree(q), clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix())...).
-		Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))...).
-		Else(append([]clientv3.Op{clientv3.OpGet(q.dir, clientv3.WithFirstCreate()...)}, delayGet(q)...)...).
+		Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)), d.epochGet())...).
+		Else(append(append([]clientv3.Op{clientv3.OpGet(q.dir, clientv3.WithFirstCreate()...)}, delayGet(q)...), d.epochGet())...).
 		Commit()
 	if err != nil {
 		// The puts may have been applied though the reply was lost.
@@ -242,14 +247,40 @@ func (d *Store) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		d.revokeDelay(dl)
 		return nil, d.opError("acquire", req.Key, err, s)
 	}
+	base, err := d.baseIn(ctx, resp)
 	if !resp.Succeeded {
 		s.freeSlot(q.prefix, q.slot) // nothing was put
 		d.revokeDelay(dl)
-		return nil, heldBy(req.Key, resp.Responses[0].GetResponseRange().Kvs, rangeOf(resp, 1))
+		if err != nil {
+			return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
+		}
+		return nil, heldBy(req.Key, resp.Responses[0].GetResponseRange().Kvs, delayIn(resp, q), base)
 	}
-	c := d.newClaim(s, req.Key, q, resp.Header.Revision)
+	if err != nil {
+		return nil, d.untokened(s, q, dl, req.Key, err)
+	}
+	c := d.newClaim(s, req.Key, q, resp.Header.Revision, base)
 	c.keepDelay(dl, q.delay)
 	return c, nil
+}
+
+// delayIn is the lock-delay entry read by a failed acquisition of q, whose
+// Else reads the key's first entry, then its delay entry (locks only),
+// then the epoch.
+func delayIn(resp *clientv3.TxnResponse, q queue) []*mvccpb.KeyValue {
+	if q.delay == "" {
+		return nil
+	}
+	return rangeOf(resp, 1)
+}
+
+// untokened undoes a grant of q whose token cannot be known (the epoch
+// could not be read or seeded): it deletes the entry (and the delay
+// lease) and returns the error.
+func (d *Store) untokened(s *session, q queue, dl *delayLease, key string, err error) error {
+	d.abandon(s, q, s)
+	d.revokeDelay(dl)
+	return fmt.Errorf("fenceetcd: acquire %q: %w", key, err)
 }
 
 // rangeOf is the keys read by the i-th operation of resp, if it has one.
@@ -290,7 +321,7 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 	}
 	txn := d.cli.Txn(ctx).
 		If(append(delayFree(q), clientv3.Compare(clientv3.CreateRevision(q.ahead), "=", 0).WithPrefix())...).
-		Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))...)
+		Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)), d.epochGet())...)
 	bound := []*session{s}
 	if w != nil {
 		txn = txn.Else(clientv3.OpPut(q.name, encodeWaitingEntry(req), clientv3.WithLease(w.id)))
@@ -304,7 +335,11 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
-		c := d.newClaim(s, req.Key, q, rev)
+		base, err := d.baseIn(ctx, resp)
+		if err != nil {
+			return nil, d.untokened(s, q, dl, req.Key, err)
+		}
+		c := d.newClaim(s, req.Key, q, rev, base)
 		c.keepDelay(dl, q.delay)
 		return c, nil
 	}
@@ -329,14 +364,14 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 		}
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	dl, err = d.rebind(ctx, s, w, q, rev, req)
+	dl, base, err := d.rebind(ctx, s, w, q, rev, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)
 	}
-	c := d.newClaim(s, req.Key, q, rev)
+	c := d.newClaim(s, req.Key, q, rev, base)
 	c.keepDelay(dl, q.delay)
 	return c, nil
 }
@@ -365,16 +400,18 @@ var (
 // for one, under a lease granted for it (returned): while a lost
 // holder's delay runs, the entry, first in the queue, waits for the
 // delay entry's deletion.
-func (d *Store) rebind(ctx context.Context, s, w *session, q queue, rev int64, req fence.Request) (*delayLease, error) {
+//
+// It returns the token base read with the grant (see epoch.go).
+func (d *Store) rebind(ctx context.Context, s, w *session, q queue, rev int64, req fence.Request) (*delayLease, int64, error) {
 	for {
 		dl, err := d.grantDelay(ctx, s, req, rev)
 		if err != nil {
 			d.abandon(s, q, w)
-			return nil, err
+			return nil, 0, err
 		}
 		resp, err := d.cli.Txn(ctx).
 			If(append(delayFree(q), clientv3.Compare(clientv3.CreateRevision(q.name), "=", rev))...).
-			Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)))...).
+			Then(append(delayPut(q, dl), clientv3.OpPut(q.name, q.val, clientv3.WithLease(s.id)), d.epochGet())...).
 			Else(append([]clientv3.Op{clientv3.OpGet(q.name)}, delayGet(q)...)...).
 			Commit()
 		if err != nil {
@@ -382,23 +419,29 @@ func (d *Store) rebind(ctx context.Context, s, w *session, q queue, rev int64, r
 			d.revokeDelay(dl)
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				s.end(errSessionGone)
-				return nil, errSessionGone
+				return nil, 0, errSessionGone
 			}
-			return nil, err
+			return nil, 0, err
 		}
 		if resp.Succeeded {
-			return dl, nil
+			base, err := d.baseIn(ctx, resp)
+			if err != nil {
+				d.abandon(s, q, s)
+				d.revokeDelay(dl)
+				return nil, 0, err
+			}
+			return dl, base, nil
 		}
 		d.revokeDelay(dl)
 		if mine := rangeOf(resp, 0); len(mine) == 0 || mine[0].CreateRevision != rev {
 			err := d.entryGone(ctx, s, w)
 			d.abandon(s, q, w) // gone: this frees its name
-			return nil, err
+			return nil, 0, err
 		}
 		// A lost holder's lock-delay runs.
 		if err := d.waitDelay(ctx, s, w, q.delay, resp.Header.Revision); err != nil {
 			d.abandon(s, q, w)
-			return nil, err
+			return nil, 0, err
 		}
 	}
 }
@@ -607,18 +650,24 @@ func (d *Store) leaseGone(leases []*session) error {
 // the time left on the delay entry's lease.
 func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 	resp, err := d.cli.Txn(ctx).
-		Then(clientv3.OpGet(d.dir(key), clientv3.WithFirstCreate()...), clientv3.OpGet(d.delayName(key))).
+		Then(clientv3.OpGet(d.dir(key), clientv3.WithFirstCreate()...), clientv3.OpGet(d.delayName(key)), d.epochGet()).
 		Commit()
 	if err != nil {
 		return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
 	}
-	kvs := rangeOf(resp, 0)
-	h, ok := holder(key, kvs)
+	kvs, lost := rangeOf(resp, 0), rangeOf(resp, 1)
+	var base int64
+	if len(kvs) > 0 || len(lost) > 0 {
+		if base, err = d.baseIn(ctx, resp); err != nil {
+			return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
+		}
+	}
+	h, ok := holder(key, kvs, base)
 	if ok {
 		return h, nil
 	}
-	if lost := rangeOf(resp, 1); len(lost) > 0 {
-		h, err := d.delayHolder(ctx, key, lost[0])
+	if len(lost) > 0 {
+		h, err := d.delayHolder(ctx, key, lost[0], base)
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
 		}
@@ -634,10 +683,20 @@ func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 // one range request, and shows the lost holder of a key in its lock-delay
 // from its delay entry (with one more request for its lease's TTL).
 func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error) {
-	resp, err := d.cli.Get(ctx, d.root+names.Encode(prefix),
-		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	tx, err := d.cli.Txn(ctx).
+		Then(clientv3.OpGet(d.root+names.Encode(prefix),
+			clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+			d.epochGet()).
+		Commit()
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: list %q: %w", prefix, err)
+	}
+	resp := tx.Responses[0].GetResponseRange()
+	var base int64
+	if len(resp.Kvs) > 0 {
+		if base, err = d.baseIn(ctx, tx); err != nil {
+			return nil, fmt.Errorf("fenceetcd: list %q: %w", prefix, err)
+		}
 	}
 	var hs []fence.Holder
 	seen := make(map[string]bool)
@@ -658,7 +717,7 @@ func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 		if err != nil {
 			continue
 		}
-		if h, ok := holder(key, []*mvccpb.KeyValue{kv}); ok {
+		if h, ok := holder(key, []*mvccpb.KeyValue{kv}, base); ok {
 			hs = append(hs, h)
 			held[rest[:i]] = true
 		}
@@ -669,7 +728,7 @@ func (d *Store) List(ctx context.Context, prefix string) ([]fence.Holder, error)
 		if err != nil || held[enc] {
 			continue // not ours, or its holder lives
 		}
-		h, err := d.delayHolder(ctx, key, kv)
+		h, err := d.delayHolder(ctx, key, kv, base)
 		if err != nil {
 			return nil, fmt.Errorf("fenceetcd: list %q: %w", prefix, err)
 		}

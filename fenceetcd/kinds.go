@@ -30,8 +30,8 @@ import (
 //   - reader: every reader with no writer ahead of it;
 //   - writer: the first entry.
 //
-// The token is the holder's own entry's create revision, as for locks.
-// That gives every grant a token above every earlier grant's for the key,
+// The token is the holder's own entry's create revision (plus the base of
+// the token epoch, epoch.go), as for locks. That gives every grant a token above every earlier grant's for the key,
 // because an entry holds only once every entry ahead of it holds (or is
 // gone): a semaphore entry has fewer than Limit entries ahead of it, all
 // earlier; a reader has no writer ahead, and the readers ahead of it have
@@ -93,18 +93,24 @@ func (d *Store) queueOf(s *session, req fence.Request) queue {
 
 // queueSlot puts the entry of a semaphore acquisition, bound to lease l
 // with value val, and reads the first Limit entries, in one transaction.
-// It returns the entry's create revision and whether the entry holds a
-// slot; an error matching fence.ErrLimitMismatch (the entry deleted again)
+// It returns the entry's create revision, the token base read with it
+// (epoch.go) and whether the entry holds a slot; an error matching fence.ErrLimitMismatch (the entry deleted again)
 // if the first entry, a holder, was queued with another limit.
-func (d *Store) queueSlot(ctx context.Context, s, l *session, val string, req fence.Request, q queue) (int64, bool, error) {
+func (d *Store) queueSlot(ctx context.Context, s, l *session, val string, req fence.Request, q queue) (int64, int64, bool, error) {
 	resp, err := d.cli.Txn(ctx).
 		Then(clientv3.OpPut(q.name, val, clientv3.WithLease(l.id)),
 			clientv3.OpGet(q.dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
-				clientv3.WithLimit(int64(req.Limit)))).
+				clientv3.WithLimit(int64(req.Limit))),
+			d.epochGet()).
 		Commit()
 	if err != nil {
 		d.abandon(s, q, l)
-		return 0, false, d.opError("acquire", req.Key, err, l)
+		return 0, 0, false, d.opError("acquire", req.Key, err, l)
+	}
+	base, err := d.baseIn(ctx, resp)
+	if err != nil {
+		d.abandon(s, q, l)
+		return 0, 0, false, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
 	}
 	rev := resp.Header.Revision
 	kvs := resp.Responses[1].GetResponseRange().Kvs
@@ -112,23 +118,23 @@ func (d *Store) queueSlot(ctx context.Context, s, l *session, val string, req fe
 		var first entry
 		if json.Unmarshal(kvs[0].Value, &first) == nil && first.Limit != req.Limit {
 			d.abandon(s, q, l)
-			return 0, false, fmt.Errorf("fenceetcd: acquire semaphore %q: %w: held with limit %d, asked with %d",
+			return 0, 0, false, fmt.Errorf("fenceetcd: acquire semaphore %q: %w: held with limit %d, asked with %d",
 				req.Key, fence.ErrLimitMismatch, first.Limit, req.Limit)
 		}
 	}
 	for _, kv := range kvs {
 		if kv.CreateRevision == rev {
-			return rev, true, nil
+			return rev, base, true, nil
 		}
 	}
-	return rev, false, nil
+	return rev, base, false, nil
 }
 
 // trySlot takes a semaphore slot if fewer than Limit entries are queued:
 // it queues an entry and, if that entry is not among the first Limit,
 // deletes it again (a second round trip, only when the semaphore is full).
 func (d *Store) trySlot(ctx context.Context, s *session, req fence.Request, q queue) (fence.Claim, error) {
-	rev, holds, err := d.queueSlot(ctx, s, s, q.val, req, q)
+	rev, base, holds, err := d.queueSlot(ctx, s, s, q.val, req, q)
 	if err != nil {
 		return nil, err
 	}
@@ -136,14 +142,14 @@ func (d *Store) trySlot(ctx context.Context, s *session, req fence.Request, q qu
 		d.abandon(s, q, s)
 		return nil, &fence.HeldError{Key: req.Key}
 	}
-	return d.newClaim(s, req.Key, q, rev), nil
+	return d.newClaim(s, req.Key, q, rev, base), nil
 }
 
 // acquireSlot queues for a semaphore slot, under the waiter lease w, and
 // waits until fewer than Limit entries are ahead of its entry; then it
 // binds the entry to the session s (Store.rebind).
 func (d *Store) acquireSlot(ctx context.Context, s, w *session, req fence.Request, q queue) (fence.Claim, error) {
-	rev, holds, err := d.queueSlot(ctx, s, w, encodeWaitingEntry(req), req, q)
+	rev, _, holds, err := d.queueSlot(ctx, s, w, encodeWaitingEntry(req), req, q)
 	if err != nil {
 		return nil, err
 	}
@@ -156,10 +162,11 @@ func (d *Store) acquireSlot(ctx context.Context, s, w *session, req fence.Reques
 			return nil, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
 		}
 	}
-	if _, err := d.rebind(ctx, s, w, q, rev, req); err != nil {
+	_, base, err := d.rebind(ctx, s, w, q, rev, req)
+	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire semaphore %q: %w", req.Key, err)
 	}
-	return d.newClaim(s, req.Key, q, rev), nil
+	return d.newClaim(s, req.Key, q, rev, base), nil
 }
 
 // waitSlot returns once fewer than limit entries of q.dir were created

@@ -46,9 +46,9 @@ import (
 // keepalive. etcd raises a lease's TTL to its minimum (1.5 election
 // timeouts): a shorter delay lasts that long.
 //
-// The token of the lost holder is the delay entry's create revision when
+// The lost holder's entry's create revision is the delay entry's when
 // the entry was put with the holder's (the same transaction), else the
-// value's "token".
+// value's "rev"; its token is that plus the base of the token epoch.
 
 // delayName is the etcd key of key's lock-delay entry.
 func (d *Store) delayName(key string) string { return d.root + names.Encode(key) + "%lockdelay" }
@@ -58,7 +58,7 @@ type delayEntry struct {
 	Owner string            `json:"owner"`
 	Meta  map[string]string `json:"meta,omitempty"`
 	Delay time.Duration     `json:"delay"`
-	Token int64             `json:"token,omitempty"` // if not the entry's create revision
+	Rev   int64             `json:"rev,omitempty"` // the holder entry's create revision, if not the delay entry's
 }
 
 // SupportsLockDelay implements fence.LockDelayer: the Store keeps the
@@ -79,14 +79,14 @@ type delayLease struct {
 }
 
 // grantDelay grants the delay lease of a lock acquisition of req on
-// session s, whose holder entry is created at token (0: at the
-// revision of the transaction that puts the delay entry too). It returns
-// nil if req asks for no delay.
-func (d *Store) grantDelay(ctx context.Context, s *session, req fence.Request, token int64) (*delayLease, error) {
+// session s, whose holder entry is created at rev (0: at the revision of
+// the transaction that puts the delay entry too). It returns nil if req
+// asks for no delay.
+func (d *Store) grantDelay(ctx context.Context, s *session, req fence.Request, rev int64) (*delayLease, error) {
 	if req.Kind != fence.KindLock || req.LockDelay <= 0 {
 		return nil, nil
 	}
-	val, err := json.Marshal(delayEntry{Owner: req.Owner, Meta: req.Meta, Delay: req.LockDelay, Token: token})
+	val, err := json.Marshal(delayEntry{Owner: req.Owner, Meta: req.Meta, Delay: req.LockDelay, Rev: rev})
 	if err != nil {
 		return nil, err
 	}
@@ -134,25 +134,25 @@ func delayGet(q queue) []clientv3.Op {
 }
 
 // lostHolder describes the holder that a delay entry kv keeps the key
-// for.
-func lostHolder(key string, kv *mvccpb.KeyValue) fence.Holder {
+// for, with tokens of base.
+func lostHolder(key string, kv *mvccpb.KeyValue, base int64) fence.Holder {
 	var e delayEntry
 	_ = json.Unmarshal(kv.Value, &e)
-	tok := e.Token
-	if tok == 0 {
-		tok = kv.CreateRevision
+	rev := e.Rev
+	if rev == 0 {
+		rev = kv.CreateRevision
 	}
-	return fence.Holder{Key: key, Token: tok, Owner: e.Owner, Meta: e.Meta}
+	return fence.Holder{Key: key, Token: base + rev, Owner: e.Owner, Meta: e.Meta}
 }
 
 // heldBy is the *fence.HeldError of key, whose queue's first entries are
-// first and whose delay entry, if read, is delay.
-func heldBy(key string, first []*mvccpb.KeyValue, delay []*mvccpb.KeyValue) *fence.HeldError {
+// first and whose delay entry, if read, is delay, with tokens of base.
+func heldBy(key string, first []*mvccpb.KeyValue, delay []*mvccpb.KeyValue, base int64) *fence.HeldError {
 	held := &fence.HeldError{Key: key}
-	if h, ok := holder(key, first); ok {
+	if h, ok := holder(key, first, base); ok {
 		held.Holder = &h
 	} else if len(delay) > 0 {
-		h := lostHolder(key, delay[0])
+		h := lostHolder(key, delay[0], base)
 		held.Holder = &h
 	}
 	return held
@@ -260,8 +260,8 @@ func inDelay(key string, h fence.Holder) error {
 
 // delayHolder describes the lost holder of the delay entry kv, with
 // ExpiresIn the time left on its lease.
-func (d *Store) delayHolder(ctx context.Context, key string, kv *mvccpb.KeyValue) (fence.Holder, error) {
-	h := lostHolder(key, kv)
+func (d *Store) delayHolder(ctx context.Context, key string, kv *mvccpb.KeyValue, base int64) (fence.Holder, error) {
+	h := lostHolder(key, kv, base)
 	ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 	if err != nil {
 		return fence.Holder{}, err

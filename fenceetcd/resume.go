@@ -16,7 +16,7 @@ import (
 var _ fence.Resumer = (*Store)(nil)
 
 // Resume implements fence.Resumer. It reads key's holder entry and, if
-// its owner is req.Owner and its create revision is token, binds it to
+// its owner is req.Owner and its token is token, binds it to
 // this driver's session for req.TTL in one transaction that compares the
 // entry's create and mod revisions (so it is still exactly the entry that
 // was read, owner included). A put to an existing key keeps its create
@@ -56,16 +56,22 @@ func (d *Store) resume(ctx context.Context, req fence.Request, token int64) (fen
 	delay := d.delayName(req.Key)
 	for range 3 {
 		resp, err := d.cli.Txn(ctx).
-			Then(clientv3.OpGet(d.dir(req.Key), clientv3.WithFirstCreate()...), clientv3.OpGet(delay)).
+			Then(clientv3.OpGet(d.dir(req.Key), clientv3.WithFirstCreate()...), clientv3.OpGet(delay), d.epochGet()).
 			Commit()
 		if err != nil {
 			return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, err)
 		}
 		kvs, lost := rangeOf(resp, 0), rangeOf(resp, 1)
-		h, ok := holder(req.Key, kvs)
+		var base int64
+		if len(kvs) > 0 || len(lost) > 0 {
+			if base, err = d.baseIn(ctx, resp); err != nil {
+				return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, err)
+			}
+		}
+		h, ok := holder(req.Key, kvs, base)
 		switch {
 		case !ok && len(lost) > 0:
-			return nil, inDelay(req.Key, lostHolder(req.Key, lost[0]))
+			return nil, inDelay(req.Key, lostHolder(req.Key, lost[0], base))
 		case !ok:
 			return nil, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, req.Key)
 		case h.Token != token || h.Owner != req.Owner:
@@ -76,7 +82,8 @@ func (d *Store) resume(ctx context.Context, req fence.Request, token int64) (fen
 		if afterResumeRead != nil {
 			afterResumeRead(name)
 		}
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(name), "=", token),
+		rev := kv.CreateRevision
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(name), "=", rev),
 			clientv3.Compare(clientv3.ModRevision(name), "=", kv.ModRevision)}
 		puts := []clientv3.Op{clientv3.OpPut(name, val, clientv3.WithLease(s.id))}
 		// The holder's lock-delay entry moves to a delay lease of this
@@ -93,13 +100,13 @@ func (d *Store) resume(ctx context.Context, req fence.Request, token int64) (fen
 		if err != nil {
 			// The put may have been applied: the entry would then live
 			// with this session, which no claim releases.
-			d.unresume(s, name, token)
+			d.unresume(s, name, rev)
 			d.revokeDelay(dl)
 			return nil, d.opError("resume", req.Key, err, s)
 		}
 		if tx.Succeeded {
 			q := queue{dir: d.dir(req.Key), prefix: d.dir(req.Key), slot: -1, name: name, val: val}
-			c := d.newClaim(s, req.Key, q, token)
+			c := d.newClaim(s, req.Key, q, rev, base)
 			c.keepDelay(dl, delay)
 			if dl != nil {
 				d.revokeDelay(&delayLease{id: clientv3.LeaseID(lost[0].Lease)})
@@ -130,14 +137,14 @@ func (d *Store) moveDelay(ctx context.Context, s *session, key string, lost []*m
 	return &delayLease{id: resp.ID, val: string(lost[0].Value), delay: e.Delay}, nil
 }
 
-// unresume deletes the entry name, created at token, if a resume whose
+// unresume deletes the entry name, created at rev, if a resume whose
 // outcome is unknown bound it to session s. If etcd cannot be reached,
 // s stops being kept alive, so that the entry expires with it.
-func (d *Store) unresume(s *session, name string, token int64) {
+func (d *Store) unresume(s *session, name string, rev int64) {
 	ctx, cancel := context.WithTimeout(d.ctx, s.ttl)
 	defer cancel()
 	_, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(name), "=", token),
+		If(clientv3.Compare(clientv3.CreateRevision(name), "=", rev),
 			clientv3.Compare(clientv3.LeaseValue(name), "=", s.id)).
 		Then(clientv3.OpDelete(name)).
 		Commit()

@@ -30,7 +30,11 @@ func deadHolder(t *testing.T, ctx context.Context, cli *clientv3.Client, d *fenc
 		if err != nil {
 			t.Fatalf("Put %s: %v", name, err)
 		}
-		toks = append(toks, put.Header.Revision)
+		tok, err := d.TokenOf(ctx, put.Header.Revision)
+		if err != nil {
+			t.Fatalf("TokenOf: %v", err)
+		}
+		toks = append(toks, tok)
 	}
 	return g.ID, toks
 }
@@ -151,9 +155,13 @@ func TestResumedReleaseComparesToken(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, fence.ErrLost) {
 		t.Errorf("Release of the resumed lease whose entry was replaced: %v; want ErrLost", err)
 	}
+	want, err := d.TokenOf(ctx, put.Header.Revision)
+	if err != nil {
+		t.Fatalf("TokenOf: %v", err)
+	}
 	h, err := c.Inspect(ctx, "k")
-	if err != nil || h.Token != put.Header.Revision {
-		t.Errorf("the new entry after the resumed lease's Release: %+v, %v; want held with token %d", h, err, put.Header.Revision)
+	if err != nil || h.Token != want {
+		t.Errorf("the new entry after the resumed lease's Release: %+v, %v; want held with token %d", h, err, want)
 	}
 	if _, err := cli.Revoke(ctx, old); err != nil {
 		t.Fatalf("Revoke: %v", err)

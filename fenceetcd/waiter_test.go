@@ -228,8 +228,8 @@ func TestGrantedWaiterIsBoundToItsSession(t *testing.T) {
 		t.Fatal("waiter did not get the key within 20s of its release")
 	}
 	kv = queueKVs(t, ctx, cli, d, key)[0]
-	if l.Token() != kv.CreateRevision {
-		t.Errorf("granted waiter's token %d; want its entry's create revision %d", l.Token(), kv.CreateRevision)
+	if want, err := d.TokenOf(ctx, kv.CreateRevision); err != nil || l.Token() != want {
+		t.Errorf("granted waiter's token %d; want its entry's create revision plus the epoch's base, %d (%v)", l.Token(), want, err)
 	}
 	if clientv3.LeaseID(kv.Lease) == waitLease {
 		t.Errorf("granted entry is still bound to the waiter lease")

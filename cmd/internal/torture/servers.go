@@ -128,6 +128,10 @@ func init() {
 			hold: func(ttl time.Duration) time.Duration {
 				return max(2*time.Second, (ttl*3/2+time.Second-1).Truncate(time.Second)) + ttl/4
 			},
+			// A server that lost its data lost the token epoch too;
+			// restoring it as set up would be a rollback to a snapshot,
+			// whose revisions go back under the same epoch (docs/etcd.md).
+			emptyBare: true,
 		}
 		return s, s.saveEmpty("etcd", srv.Process)
 	})
