@@ -25,7 +25,7 @@ const sessionTTL = 45
 func etcdContenders(endpoints []string) []Contender {
 	return []Contender{
 		{Store: "etcd", Name: "fence", Role: RoleFence,
-			Desc: "fenceetcd: one Txn (put if the key's queue is empty) + one Delete of its own entry; token = create revision; waiters watch their predecessor (FIFO)",
+			Desc: "fenceetcd: one Txn (put if the key's queue is empty) + one Delete of its own entry; token = create revision + the epoch base read in the same Txn; waiters watch their predecessor (FIFO)",
 			Open: func(ctx context.Context, rt *atomic.Int64) (Client, error) {
 				cli, err := newEtcd(endpoints, rt)
 				if err != nil {
