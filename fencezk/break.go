@@ -14,7 +14,7 @@ import (
 var _ fence.Breaker = (*Store)(nil)
 
 // Break implements fence.Breaker: it reads key's queue and deletes the
-// holder's znode if its czxid (the token) is token (any, for 0). A
+// holder's znode if its token (czxid plus the epoch's base) is token (any, for 0). A
 // znode's name is unique to one acquisition (its sequence is never
 // reused), so deleting that name deletes exactly the lease with that
 // token, or nothing if it has gone since; then Break looks again. The
@@ -22,8 +22,12 @@ var _ fence.Breaker = (*Store)(nil)
 func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
 	parent := d.KeyPath(key)
 	for {
+		ep, err := d.tokenBase(ctx)
+		if err != nil {
+			return fence.Holder{}, fmt.Errorf("fencezk: break %q: %w", key, err)
+		}
 		var kids []string
-		err := d.await(ctx, func() (err error) {
+		err = d.await(ctx, func() (err error) {
 			kids, _, err = d.conn.Children(parent)
 			return err
 		}, nil)
@@ -52,7 +56,10 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fencezk: break %q: %w", key, err)
 		}
-		h := fence.Holder{Key: key, Token: st.Czxid}
+		if !d.sameSession(ep) {
+			continue // the server may have lost its data: read the epoch again
+		}
+		h := fence.Holder{Key: key, Token: st.Czxid + ep.base}
 		var e entry
 		if json.Unmarshal(data, &e) == nil {
 			h.Owner, h.Meta = e.Owner, e.Meta

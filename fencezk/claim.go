@@ -17,21 +17,21 @@ type claim struct {
 	d              *Store
 	key            string
 	path           string
-	czxid          int64
+	token          int64
 	sid            int64              // the session that created the znode
 	stop           context.CancelFunc // ends the watch
 	*lossnote.Note                    // NotifyLost
 }
 
-func (d *Store) newClaim(key, path string, czxid int64) *claim {
+func (d *Store) newClaim(key, path string, token int64) *claim {
 	ctx, cancel := context.WithCancel(d.ctx)
-	c := &claim{d: d, key: key, path: path, czxid: czxid, sid: d.conn.SessionID(), stop: cancel, Note: lossnote.New()}
+	c := &claim{d: d, key: key, path: path, token: token, sid: d.conn.SessionID(), stop: cancel, Note: lossnote.New()}
 	d.wg.Go(func() { c.watch(ctx) })
 	return c
 }
 
-// Token implements fence.Claim: the znode's czxid.
-func (c *claim) Token() int64 { return c.czxid }
+// Token implements fence.Claim: the znode's czxid plus the epoch's base.
+func (c *claim) Token() int64 { return c.token }
 
 // watch reports the loss of the lease as soon as ZooKeeper tells: the
 // znode is deleted, or the session expires. A dropped connection is not a

@@ -1,9 +1,10 @@
 // Package fencezk is a fence driver on Apache ZooKeeper: a FIFO queue of
-// ephemeral sequential znodes per key, whose holder's czxid is the fencing
-// token.
+// ephemeral sequential znodes per key, whose holder's czxid, plus the base
+// of a clock-seeded token epoch, is the fencing token.
 //
 // The layout, under the driver's root ("/fence" by default):
 //
+//	<root>/%epoch                             persistent, data: the epoch's seed (see epoch.go)
 //	<root>/<escaped key>                      a container znode, one per key
 //	<root>/<escaped key>/n<escaped owner>-<10-digit sequence>
 //	                                          ephemeral sequential, data {"owner":..., "meta":{...}}
@@ -11,15 +12,17 @@
 // The escaped key is a single valid znode name (no "/", no "." or ".."
 // name, only printable ASCII), so the queues of "a" and "a/b" are siblings
 // and never nest. The holder is the child with the lowest sequence; the
-// token is its czxid, the ZooKeeper transaction id that created it: zxids
-// are cluster-wide, persisted and grow across leader elections (the epoch
-// is their high half), so tokens grow across releases, expiries, failovers
-// and restarts, also when a key's container is removed and created again.
+// token is its czxid, the ZooKeeper transaction id that created it, plus
+// the epoch's base: zxids are cluster-wide, persisted and grow across
+// leader elections (the election epoch is their high half), so tokens
+// grow across releases, expiries, failovers and restarts, also when a
+// key's container is removed and created again; the epoch's base keeps
+// them growing when the ensemble loses its data and its zxids start over.
 //
-//   - Enqueuing is one multi-operation: create our ephemeral sequential
-//     child and touch the key's znode; the touched znode's stat gives, in
-//     the same round trip, our czxid (its mzxid: both changes share one
-//     zxid) and its number of children. With one child we hold the key:
+//   - Enqueuing is one multi-operation: check the token epoch, create our
+//     ephemeral sequential child and touch the key's znode; the touched
+//     znode's stat gives, in the same round trip, our czxid (its mzxid:
+//     both changes share one zxid) and its number of children. With one child we hold the key:
 //     the uncontended acquire is one round trip.
 //   - TryAcquire that finds others deletes its child again and reports the
 //     holder: it never leaves a queue entry behind.
@@ -93,6 +96,9 @@ type Store struct {
 	granted        *atomic.Int64 // ms, as the server granted it (Dial only)
 	root           string
 	acl            []zk.ACL
+
+	epochMu sync.Mutex
+	epoch   epoch // the token epoch, as the current session read it
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -296,17 +302,17 @@ func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	if err := d.checkTTL(req); err != nil {
 		return nil, err
 	}
-	path, zxid, n, err := d.enqueue(ctx, req)
+	path, token, n, err := d.enqueue(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
 	}
 	if n == 1 {
-		return d.newClaim(req.Key, path, zxid), nil
+		return d.newClaim(req.Key, path, token), nil
 	}
 	if req.Kind == fence.KindSemaphore || req.Kind == fence.KindRead {
 		holds, err := d.holdsNow(ctx, req, path, n)
 		if holds && err == nil {
-			return d.newClaim(req.Key, path, zxid), nil
+			return d.newClaim(req.Key, path, token), nil
 		}
 		if err != nil {
 			d.abandon(path)
@@ -329,7 +335,7 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 	if err := d.checkTTL(req); err != nil {
 		return nil, err
 	}
-	path, zxid, n, err := d.enqueue(ctx, req)
+	path, token, n, err := d.enqueue(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
 	}
@@ -342,46 +348,83 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 			return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
 		}
 	}
-	return d.newClaim(req.Key, path, zxid), nil
+	return d.newClaim(req.Key, path, token), nil
 }
 
 func parentOf(path string) string { return path[:strings.LastIndexByte(path, '/')] }
 
 // enqueue creates this acquisition's ephemeral sequential child under the
 // znode of the key's queue for its kind and touches that znode, in one
-// multi-operation, creating the container (and the root) first if
-// missing. It returns the child's path, its czxid, and the number of
-// children the queue had then, its own included: all the others were
-// queued before it.
-func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, czxid int64, children int32, err error) {
+// multi-operation that also checks the token epoch is still the one this
+// session read, creating the container (and the root) first if missing.
+// It returns the child's path, its token (czxid plus the epoch's base),
+// and the number of children the queue had then, its own included: all
+// the others were queued before it.
+func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, token int64, children int32, err error) {
 	data, _ := json.Marshal(entry{Owner: req.Owner, Meta: req.Meta})
 	parent, prefix := d.queuePath(req)
 	// The key's container may be removed by the server between our
-	// creating it and our child: a few attempts.
-	for attempt := 0; ; attempt++ {
+	// creating it and our child, and the epoch may be gone with a new
+	// session: a few attempts each.
+	containers, epochs := 0, 0
+	for {
+		e, err := d.tokenBase(ctx)
+		if err != nil {
+			return "", 0, 0, err
+		}
 		var resp []zk.MultiResponse
 		err = d.await(ctx, func() (err error) {
 			resp, err = d.conn.Multi(
+				&zk.CheckVersionRequest{Path: d.epochPath(), Version: 0},
 				&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
 				&zk.SetDataRequest{Path: parent, Version: -1},
 			)
 			return err
 		}, func() { d.abandonPrefix(parent, prefix) })
-		if err == nil {
-			st := resp[1].Stat
-			return resp[0].String, st.Mzxid, st.NumChildren, nil
+		if err == nil && d.sameSession(e) {
+			st := resp[2].Stat
+			return resp[1].String, st.Mzxid + e.base, st.NumChildren, nil
 		}
-		if !errors.Is(err, zk.ErrNoNode) || attempt == 3 {
+		epochGone := err == nil || len(resp) > 0 && resp[0].Error != nil
+		if err == nil {
+			// Run by a session that did not read the epoch: the server
+			// may have lost its data, and the epoch with it.
+			d.abandon(resp[1].String)
+		} else if !epochGone && (!errors.Is(err, zk.ErrNoNode) || containers == 3) {
 			if errors.Is(err, zk.ErrConnectionClosed) {
 				// The create may have been applied.
 				d.abandonPrefix(parent, prefix)
 			}
 			return "", 0, 0, err
 		}
+		if epochGone {
+			d.forgetEpoch(e)
+			if epochs++; epochs > 3 {
+				return "", 0, 0, fmt.Errorf("the token epoch %s keeps changing under the acquisition", d.epochPath())
+			}
+			continue
+		}
+		containers++
 		if err := d.makeContainer(ctx, parent); err != nil {
 			return "", 0, 0, err
 		}
 	}
+}
+
+// withBase runs read with the token base of the driver's session, again
+// if the session changed before read returned (the server may have lost
+// its data, and the epoch with it).
+func (d *Store) withBase(ctx context.Context, read func(base int64) error) error {
+	for range 3 {
+		e, err := d.tokenBase(ctx)
+		if err != nil {
+			return err
+		}
+		if err := read(e.base); err != nil || d.sameSession(e) {
+			return err
+		}
+	}
+	return errors.New("the ZooKeeper session kept changing while reading the token epoch")
 }
 
 // makeContainer creates the container znode path, and the root's persistent
@@ -550,7 +593,21 @@ func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 }
 
 // holder returns the first entry of the queue under parent.
-func (d *Store) holder(ctx context.Context, key, parent string) (fence.Holder, error) {
+func (d *Store) holder(ctx context.Context, key, parent string) (h fence.Holder, err error) {
+	var readErr error
+	err = d.withBase(ctx, func(base int64) error {
+		h, readErr = d.holderAt(ctx, key, parent, base)
+		return readErr
+	})
+	if err != nil && err != readErr {
+		err = fmt.Errorf("fencezk: inspect %q: %w", key, err)
+	}
+	return h, err
+}
+
+// holderAt returns the first entry of the queue under parent, its token
+// on base.
+func (d *Store) holderAt(ctx context.Context, key, parent string, base int64) (fence.Holder, error) {
 	var kids []string
 	err := d.await(ctx, func() (err error) {
 		kids, _, err = d.conn.Children(parent)
@@ -577,7 +634,7 @@ func (d *Store) holder(ctx context.Context, key, parent string) (fence.Holder, e
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fencezk: inspect %q: %w", key, err)
 		}
-		h := fence.Holder{Key: key, Token: st.Czxid}
+		h := fence.Holder{Key: key, Token: st.Czxid + base}
 		var e entry
 		if json.Unmarshal(data, &e) == nil {
 			h.Owner, h.Meta = e.Owner, e.Meta

@@ -31,9 +31,9 @@ import (
 //   - reader: every reader with no writer before it;
 //   - writer: the first child.
 //
-// The token is the holder's own znode's czxid, as for locks. It is above
-// every earlier grant's token for the key because a child holds only once
-// every child before it holds or has gone: grants come in sequence order,
+// The token is the holder's own znode's czxid (plus the epoch's base), as
+// for locks. It is above every earlier grant's token for the key because
+// a child holds only once every child before it holds or has gone: grants come in sequence order,
 // which is czxid order, even for a waiter whose znode was created long
 // before its grant (every child granted meanwhile was before it, with a
 // smaller czxid); and a child created after a grant returned has a greater

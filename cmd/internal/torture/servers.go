@@ -148,8 +148,9 @@ func init() {
 				return "zk://" + a[0] + "/fence?session_timeout=" + ttl.String()
 			},
 			// The server expires sessions on its tick (200 ms here).
-			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
-			restart: restartProcess(env, "zookeeper", srv.Process),
+			hold:      func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
+			restart:   restartProcess(env, "zookeeper", srv.Process),
+			emptyBare: true,
 		}
 		return s, s.saveEmpty("zookeeper", srv.Process)
 	})

@@ -1,0 +1,153 @@
+package fencezk_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencezk"
+	"github.com/fencing/fence/internal/testkit/testserver"
+)
+
+// TestTokensAfterEmptyRestart takes a key on a ZooKeeper that then loses
+// its data (killed and started again with the data directory it had
+// before anything was written: its zxids start over), and takes the key
+// again: the token must still be greater (docs/design.md section 3, rule
+// 9), on a new driver and on a driver that was open before. With the
+// seeding clock an hour behind, the one assumption docs/zookeeper.md
+// states, the same check catches the token going back: the check can
+// fail.
+func TestTokensAfterEmptyRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		sameDriver bool
+		behind     time.Duration
+	}{
+		{"new driver", false, 0},
+		{"driver open before", true, 0},
+		{"seed clock an hour behind", false, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			s := testserver.ZooKeeper(t)
+			if _, err := s.SaveEmpty(); err != nil {
+				t.Fatalf("SaveEmpty: %v", err)
+			}
+			take := func(c *fence.Client, n int) (last int64) {
+				t.Helper()
+				for range n {
+					l, err := c.TryAcquire(ctx, "k")
+					if err != nil {
+						t.Fatalf("TryAcquire: %v", err)
+					}
+					last = l.Token()
+					if err := l.Release(ctx); err != nil {
+						t.Fatalf("Release: %v", err)
+					}
+				}
+				return last
+			}
+			// a takes the key a few times, b many more: b's last token
+			// is above anything a saw.
+			a := newFence(t, dial(t, s.Addr(), sessionTimeout))
+			take(a, 3)
+			before := take(newFence(t, dial(t, s.Addr(), sessionTimeout)), 50)
+			if err := s.RestartEmpty(0); err != nil {
+				t.Fatalf("RestartEmpty: %v", err)
+			}
+			if tc.behind > 0 {
+				fencezk.SetSeedClock(t, func() time.Time { return time.Now().Add(-tc.behind) })
+			}
+			c := a
+			if tc.sameDriver {
+				// ZooKeeper refuses a client that saw a later zxid than
+				// its own: write past what a saw, so that a reconnects
+				// (to learn that its session is gone).
+				conn := rawConn(t, s.Addr())
+				for i := range 40 {
+					if _, err := conn.Create(fmt.Sprintf("/push%d", i), nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Another driver seeds the new epoch first: a's
+				// acquisition then finds an epoch, not the one it read.
+				take(newFence(t, dial(t, s.Addr(), sessionTimeout)), 1)
+			} else {
+				c = newFence(t, dial(t, s.Addr(), sessionTimeout))
+			}
+			l, err := c.TryAcquire(ctx, "k")
+			for deadline := time.Now().Add(20 * time.Second); err != nil && time.Now().Before(deadline); {
+				time.Sleep(100 * time.Millisecond)
+				l, err = c.TryAcquire(ctx, "k")
+			}
+			if err != nil {
+				t.Fatalf("TryAcquire after the empty restart: %v", err)
+			}
+			defer l.Release(ctx)
+			if wentBack := l.Token() <= before; wentBack != (tc.behind > 0) {
+				t.Errorf("token %d after the empty restart, %d before it; want it greater unless the seed clock is behind", l.Token(), before)
+			}
+		})
+	}
+}
+
+// TestEpochNotATime: an epoch znode that holds no time, or was rewritten
+// (both by hand), makes acquisitions fail, naming it, and leaves no child
+// behind, rather than issuing tokens from it.
+func TestEpochNotATime(t *testing.T) {
+	ctx := ctxT(t)
+	s := testserver.ZooKeeper(t)
+	conn := rawConn(t, s.Addr())
+	for _, tc := range []struct {
+		name string
+		set  func(d *fencezk.Store) error
+	}{
+		{"not a time", func(d *fencezk.Store) error {
+			_, err := conn.Create(d.EpochPath(), []byte("yesterday"), 0, zk.WorldACL(zk.PermAll))
+			return err
+		}},
+		{"rewritten", func(d *fencezk.Store) error {
+			if _, err := conn.Create(d.EpochPath(), []byte("1800000000000000"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+				return err
+			}
+			_, err := conn.Set(d.EpochPath(), []byte("1800000000000000"), 0)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := "/" + strings.ReplaceAll(t.Name(), "/", "-")
+			d := dial(t, s.Addr(), sessionTimeout, fencezk.WithRoot(root))
+			if _, err := conn.Create(root, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.set(d); err != nil {
+				t.Fatal(err)
+			}
+			c := newFence(t, d)
+			for _, acquire := range []struct {
+				name string
+				do   func() (*fence.Lease, error)
+			}{
+				{"TryAcquire", func() (*fence.Lease, error) { return c.TryAcquire(ctx, "k") }},
+				{"Acquire", func() (*fence.Lease, error) { return c.Acquire(ctx, "k", fence.WithWait(time.Second)) }},
+			} {
+				l, err := acquire.do()
+				if err == nil {
+					_ = l.Release(ctx)
+					t.Errorf("%s: token %d; want an error", acquire.name, l.Token())
+					continue
+				}
+				if !strings.Contains(err.Error(), "token epoch") {
+					t.Errorf("%s: %v; want an error naming the token epoch", acquire.name, err)
+				}
+				if kids, _, err := conn.Children(d.KeyPath("k")); err == nil && len(kids) > 0 {
+					t.Errorf("%s left children behind: %v", acquire.name, kids)
+				}
+			}
+		})
+	}
+}
