@@ -31,10 +31,7 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 			return fence.Holder{}, fmt.Errorf("fenceetcd: break %q: %w", key, err)
 		}
 		kvs, lost := rangeOf(resp, 0), rangeOf(resp, 1)
-		if len(kvs) == 0 && len(lost) == 0 {
-			return fence.Holder{}, fmt.Errorf("%w: %q is free", fence.ErrNotHeld, key)
-		}
-		base, err := d.baseIn(ctx, resp)
+		base, err := d.baseFor(ctx, resp)
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fenceetcd: break %q: %w", key, err)
 		}

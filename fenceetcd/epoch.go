@@ -59,6 +59,16 @@ func (d *Store) baseIn(ctx context.Context, resp *clientv3.TxnResponse) (int64, 
 	return d.seed(ctx)
 }
 
+// baseFor returns the token base for a read of a key's first entry and
+// its delay entry (resp's operations 0 and 1, then an epochGet): 0, with
+// no epoch seeded, when both are empty and no token is reported.
+func (d *Store) baseFor(ctx context.Context, resp *clientv3.TxnResponse) (int64, error) {
+	if len(rangeOf(resp, 0)) == 0 && len(rangeOf(resp, 1)) == 0 {
+		return 0, nil
+	}
+	return d.baseIn(ctx, resp)
+}
+
 // seed puts the token epoch if it is absent, and returns its base.
 func (d *Store) seed(ctx context.Context) (int64, error) {
 	name := d.epochName()

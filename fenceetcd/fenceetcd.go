@@ -6,6 +6,7 @@
 // The layout, under the driver's prefix ("fence" by default):
 //
 //	<prefix>/<escaped key>/<lease id>.<n>   value: {"owner":..., "meta":{...}}
+//	<prefix>/%epoch                         value: the token epoch's seed (epoch.go)
 //
 // The escaped key contains no "/" (see below), so the entries of "a" and
 // of "a/b" are siblings and never nest. An entry's name is its session's
@@ -656,11 +657,9 @@ func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 		return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
 	}
 	kvs, lost := rangeOf(resp, 0), rangeOf(resp, 1)
-	var base int64
-	if len(kvs) > 0 || len(lost) > 0 {
-		if base, err = d.baseIn(ctx, resp); err != nil {
-			return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
-		}
+	base, err := d.baseFor(ctx, resp)
+	if err != nil {
+		return fence.Holder{}, fmt.Errorf("fenceetcd: inspect %q: %w", key, err)
 	}
 	h, ok := holder(key, kvs, base)
 	if ok {

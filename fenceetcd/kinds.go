@@ -31,8 +31,8 @@ import (
 //   - writer: the first entry.
 //
 // The token is the holder's own entry's create revision (plus the base of
-// the token epoch, epoch.go), as for locks. That gives every grant a token above every earlier grant's for the key,
-// because an entry holds only once every entry ahead of it holds (or is
+// the token epoch, epoch.go), as for locks. That gives every grant a token
+// above every earlier grant's for the key, because an entry holds only once every entry ahead of it holds (or is
 // gone): a semaphore entry has fewer than Limit entries ahead of it, all
 // earlier; a reader has no writer ahead, and the readers ahead of it have
 // none either; a writer is first. So grants come in create-revision order,
@@ -94,8 +94,8 @@ func (d *Store) queueOf(s *session, req fence.Request) queue {
 // queueSlot puts the entry of a semaphore acquisition, bound to lease l
 // with value val, and reads the first Limit entries, in one transaction.
 // It returns the entry's create revision, the token base read with it
-// (epoch.go) and whether the entry holds a slot; an error matching fence.ErrLimitMismatch (the entry deleted again)
-// if the first entry, a holder, was queued with another limit.
+// (epoch.go) and whether the entry holds a slot; an error matching
+// fence.ErrLimitMismatch (the entry deleted again) if the first entry, a holder, was queued with another limit.
 func (d *Store) queueSlot(ctx context.Context, s, l *session, val string, req fence.Request, q queue) (int64, int64, bool, error) {
 	resp, err := d.cli.Txn(ctx).
 		Then(clientv3.OpPut(q.name, val, clientv3.WithLease(l.id)),

@@ -62,11 +62,9 @@ func (d *Store) resume(ctx context.Context, req fence.Request, token int64) (fen
 			return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, err)
 		}
 		kvs, lost := rangeOf(resp, 0), rangeOf(resp, 1)
-		var base int64
-		if len(kvs) > 0 || len(lost) > 0 {
-			if base, err = d.baseIn(ctx, resp); err != nil {
-				return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, err)
-			}
+		base, err := d.baseFor(ctx, resp)
+		if err != nil {
+			return nil, fmt.Errorf("fenceetcd: resume %q: %w", req.Key, err)
 		}
 		h, ok := holder(req.Key, kvs, base)
 		switch {
