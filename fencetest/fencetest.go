@@ -388,6 +388,30 @@ func expectHeld(t *testing.T, ctx context.Context, c *fence.Client, key, why str
 	}
 }
 
+// expectHeldBefore checks, as expectHeld does, that key is held, on
+// a lease the store may end at deadline. A TryAcquire that succeeds
+// only after deadline proves nothing: the store may have ended the
+// lease first. It releases that lease, logs why, and returns false;
+// the caller's lease is then likely gone.
+func expectHeldBefore(t *testing.T, ctx context.Context, c *fence.Client, key, why string, deadline time.Time) bool {
+	t.Helper()
+	l, err := c.TryAcquire(ctx, key)
+	if err == nil && time.Now().After(deadline) {
+		t.Logf("%s: TryAcquire(%q) succeeded, but its answer came %v past when the store could end the lease: no proof either way", why, key, time.Since(deadline))
+		_ = l.Release(ctx)
+		return false
+	}
+	if err == nil {
+		t.Errorf("%s: TryAcquire(%q) succeeded with token %d; want ErrHeld", why, key, l.Token())
+		_ = l.Release(ctx)
+		return true
+	}
+	if !errors.Is(err, fence.ErrHeld) {
+		t.Errorf("%s: TryAcquire(%q): %v; want ErrHeld", why, key, err)
+	}
+	return true
+}
+
 func (s *suite) badInput(t *testing.T) {
 	ctx := s.ctx(t)
 	c := s.client(t)
