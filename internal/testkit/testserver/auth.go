@@ -37,6 +37,7 @@ func SentinelPassword(password string) Option {
 // takes anything. (The other starters ignore them.)
 type credentials struct {
 	token, user, password, sentinelPassword bool
+	clock                                   bool // the Clock option
 }
 
 // check fails the test if o asks for credentials that server cannot
@@ -51,6 +52,7 @@ func (o options) check(tb testing.TB, server string, can credentials) {
 		{o.user != "", can.user, "Password with a user name"},
 		{o.password != "", can.password, "Password"},
 		{o.sentinelPassword != "", can.sentinelPassword, "SentinelPassword"},
+		{o.clock != nil, can.clock, "Clock"},
 	} {
 		if c.given && !c.can {
 			tb.Fatalf("testserver: %s takes no %s", server, c.name)

@@ -79,6 +79,7 @@ func Postgres(t testing.TB, opts ...Option) *PostgresServer {
 			args: args,
 			dir:  base,
 			cred: cred,
+			env:  o.clock.env(),
 			port: port,
 			// The whole old server is dead when this runs (Kill waits for
 			// that), so its lock file is stale; if its pid were reused,

@@ -34,6 +34,7 @@ type options struct {
 	// The credentials the server requires of its clients (see Token,
 	// Password, SentinelPassword).
 	token, user, password, sentinelPassword string
+	clock                                   *FakeClock
 }
 
 // Args appends extra command-line arguments to the server's own. For
@@ -60,6 +61,7 @@ type Process struct {
 	args    []string
 	dir     string
 	cred    *syscall.Credential
+	env     []string // added to this process's environment
 	addr    string
 	port    int
 	logPath string
@@ -85,6 +87,7 @@ type procSpec struct {
 	args []string // arguments, without the program
 	dir  string   // working directory: the server's own data directory
 	cred *syscall.Credential
+	env  []string                        // added to the environment (FakeClock's)
 	port int                             // the port it listens on; Addr is 127.0.0.1:port
 	ping func(ctx context.Context) error // one protocol-level readiness check
 	// prestart, if set, runs before every start (first and restarts).
@@ -101,6 +104,7 @@ func newProcess(tb testing.TB, s procSpec) *Process {
 		args:    s.args,
 		dir:     s.dir,
 		cred:    s.cred,
+		env:     s.env,
 		port:    s.port,
 		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
 		logPath: filepath.Join(tb.TempDir(), fmt.Sprintf("%s-%d.log", s.name, s.port)),
@@ -267,6 +271,9 @@ func (p *Process) launchLocked() error {
 
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Dir = p.dir
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdin = nil
 	cmd.Stdout = log
 	cmd.Stderr = log
