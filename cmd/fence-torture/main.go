@@ -7,8 +7,9 @@
 // the fault: SIGSTOP of a holder past its TTL, a network blackhole or delay
 // between a holder and the store (through a TCP fault proxy per worker),
 // SIGKILL of a holder, a kill and restart of the store's server (with its
-// data, or empty within the holder's validity), or a wipe of the store's
-// own state behind fence's back. Every operation is recorded on the
+// data, or empty within the holder's validity), a wipe of the store's
+// own state behind fence's back, or a step of the store server's wall
+// clock. Every operation is recorded on the
 // machine's monotonic clock and the history checked with porcupine
 // against a fenced-register model, and directly (tokens only grow, no
 // stale write accepted, no late grant reported held).

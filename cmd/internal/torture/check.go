@@ -135,9 +135,10 @@ type Result struct {
 // cut off (blackhole), slowed (delay), killed, or whose store is down for
 // longer than a TTL (restart) stops believing before anyone else is
 // granted the key. Only a holder that cannot run its own timer (pause,
-// SIGSTOP) overlaps, and its writes are what fencing tokens are for: its
-// bound is unlimited, and the guard is what the plan checks. A fault not
-// listed here is not bounded.
+// SIGSTOP), or whose store's clock jumped forward and ended its lease
+// early (clock-jump), overlaps, and its writes are what fencing tokens
+// are for: their bound is unlimited, and the guard is what the plan
+// checks. A fault not listed here is not bounded.
 var overlapBound = map[Fault]int{
 	FaultNone:         0,
 	FaultBlackhole:    0,

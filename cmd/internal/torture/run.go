@@ -58,16 +58,24 @@ const (
 	// bucket) behind fence's back while a worker holds a lease; the store
 	// keeps running.
 	FaultWipe Fault = "wipe"
+	// FaultClockJump steps the store server's wall clock forward by
+	// twice the TTL while a worker holds a lease, as a wrong NTP step
+	// would, and back again a TTL later (testserver.FakeClock). Forward,
+	// a store that times leases by its own clock ends the holder's lease
+	// early, while the holder still believes in it; back, tokens seeded
+	// from the clock must not go back. Only for servers the tool started
+	// on a fake clock (PostgreSQL).
+	FaultClockJump Fault = "clock-jump"
 )
 
 // Faults lists every fault plan, in the summary's order.
-var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart, FaultRestartEmpty, FaultWipe}
+var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart, FaultRestartEmpty, FaultWipe, FaultClockJump}
 
 // hitsStore reports whether the fault acts on the store itself (its
 // server or its data), and so on every plan running against it at the
 // time: such a plan runs alone.
 func (f Fault) hitsStore() bool {
-	return f == FaultRestart || f == FaultRestartEmpty || f == FaultWipe
+	return f == FaultRestart || f == FaultRestartEmpty || f == FaultWipe || f == FaultClockJump
 }
 
 // ParseFault returns the fault plan named s.
@@ -713,6 +721,36 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			}
 			// The state is gone once the wipe returned.
 			p.record(Event{W: -1, Op: OpFault, Fault: desc, End: true, Loss: true})
+			wait(ttl)
+		}
+	case FaultClockJump:
+		jump := 2 * ttl
+		defer func() {
+			// A plan cut short between the two jumps leaves the clock
+			// as it found it.
+			if off := p.store.clock.Offset(); off != 0 {
+				_ = p.store.clock.Jump(-off)
+			}
+		}()
+		for time.Now().Before(fits()) {
+			p.drain()
+			if _, pr := p.holder(ctx, fits()); pr == nil {
+				break
+			}
+			wait(p.jitter(p.cfg.Work))
+			if err := p.store.clock.Jump(jump); err != nil {
+				p.fault("clock jump failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("clock-jump: %w", err)
+				return
+			}
+			p.fault(fmt.Sprintf("the store's clock jumps %v forward", jump), false)
+			wait(ttl)
+			if err := p.store.clock.Jump(-jump); err != nil {
+				p.fault("clock jump failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("clock-jump: %w", err)
+				return
+			}
+			p.fault(fmt.Sprintf("the store's clock jumps %v back", jump), true)
 			wait(ttl)
 		}
 	}

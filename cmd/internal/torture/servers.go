@@ -81,12 +81,27 @@ func init() {
 	})
 	pg := func(query string) func(env *testserver.Env) (*Store, error) {
 		return func(env *testserver.Env) (*Store, error) {
-			var srv *testserver.PostgresServer
-			if err := env.Do(func(tb testing.TB) { srv = testserver.Postgres(tb) }); err != nil {
+			var (
+				srv     *testserver.PostgresServer
+				clock   *testserver.FakeClock
+				clockNA string
+			)
+			if err := env.Do(func(tb testing.TB) {
+				var opts []testserver.Option
+				if testserver.HaveFakeClock() {
+					clock = testserver.NewFakeClock(tb)
+					opts = append(opts, testserver.Clock(clock))
+				} else {
+					clockNA = "libfaketime is not installed (Debian package libfaketime)"
+				}
+				srv = testserver.Postgres(tb, opts...)
+			}); err != nil {
 				return nil, err
 			}
 			s := &Store{
-				addrs: []string{srv.Addr()},
+				clock:   clock,
+				clockNA: clockNA,
+				addrs:   []string{srv.Addr()},
 				url: func(a []string, _ time.Duration) string {
 					return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable%s", a[0], srv.Database(), query)
 				},

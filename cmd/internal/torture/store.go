@@ -52,6 +52,10 @@ type Store struct {
 	// says what it removed.
 	wipe  func(ctx context.Context) (string, error)
 	close func()
+	// clock, if set, is the fake wall clock the store's server runs on
+	// (the clock-jump plan); clockNA says why there is none.
+	clock   *testserver.FakeClock
+	clockNA string
 	// minTTL is the shortest lease the store grants (Azure's 15 s); plans
 	// on it run with at least this TTL, and long enough for a fault.
 	minTTL time.Duration
@@ -99,6 +103,13 @@ func (s *Store) notApplicable(f Fault) string {
 	case FaultRestartEmpty:
 		if len(s.empty) == 0 {
 			return "the tool can empty only servers it started"
+		}
+	case FaultClockJump:
+		if s.clock == nil {
+			if s.clockNA != "" {
+				return s.clockNA
+			}
+			return "the tool moves the clock only of a PostgreSQL it starts (libfaketime cannot run under redis-server's jemalloc, nor move the Go and Java servers' clocks)"
 		}
 	}
 	return ""

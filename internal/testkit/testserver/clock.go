@@ -32,6 +32,13 @@ type FakeClock struct {
 	users  int // processes started on it
 }
 
+// HaveFakeClock reports whether libfaketime is installed, for a caller
+// that can do without a FakeClock.
+func HaveFakeClock() bool {
+	libs, _ := filepath.Glob(libfaketimeGlob)
+	return len(libs) > 0
+}
+
 // NewFakeClock returns a clock at the real time. Without libfaketime it
 // reports the server unavailable (a skip, or a failure under
 // FENCE_TEST_STRICT=1).
