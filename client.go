@@ -191,8 +191,12 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg *config, wait bool
 		}
 	}
 	var held *HeldError
-	if err != nil && !errors.Is(err, errLateReply) && (!wait || !errors.As(err, &held)) {
+	if err != nil && !errors.Is(err, errLateReply) && (!wait || !errors.As(err, &held) && !errors.Is(err, ErrUnavailable)) {
 		return nil, c.acquireError(ctx, key, err)
+	}
+	var down *outage
+	if wait && held == nil && errors.Is(err, ErrUnavailable) {
+		down = c.storeDown(cfg, key, err, nil)
 	}
 
 	waitStart := time.Now()
@@ -215,25 +219,79 @@ func (c *Client) acquire(ctx context.Context, tgt target, cfg *config, wait bool
 	}
 	if blocking != nil {
 		req.SkipHolder = false
-		return c.acquireBlocking(ctx, waitCtx, blocking, cfg, req, held)
+		return c.acquireBlocking(ctx, waitCtx, blocking, cfg, req, held, down)
 	}
-	return c.acquirePolling(ctx, waitCtx, cfg, req, held)
+	return c.acquirePolling(ctx, waitCtx, cfg, req, held, down)
+}
+
+// outage is a waiter's run of attempts that found the store unavailable
+// (ErrUnavailable): the last error, and the backoff between attempts.
+type outage struct {
+	err     error
+	backoff time.Duration
+}
+
+// storeDown records that an attempt found the store unavailable: it
+// starts an outage, logged, or continues o, backing off further.
+func (c *Client) storeDown(cfg *config, key string, err error, o *outage) *outage {
+	if o == nil {
+		cfg.logger.Warn("fence: store unavailable; waiting on", "key", key, "err", err)
+		return &outage{err: err, backoff: minPoll}
+	}
+	o.err, o.backoff = err, min(o.backoff*2, maxPoll)
+	return o
+}
+
+// sleepUntil is sleep with the wait ending at ctx's end or deadline,
+// unless that is zero; it returns why the wait ended first, or nil.
+func (o *outage) sleepUntil(ctx context.Context, deadline time.Time) error {
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if !deadline.IsZero() {
+		wctx, cancel = context.WithDeadlineCause(ctx, deadline, errWaitTimeout)
+	}
+	defer cancel()
+	if o.sleep(wctx) {
+		return nil
+	}
+	return context.Cause(wctx)
+}
+
+// sleep waits out one backoff step of the outage, jittered; false if the
+// wait ended first.
+func (o *outage) sleep(waitCtx context.Context) bool {
+	t := time.NewTimer(rand.N(o.backoff/2+1) + o.backoff/2)
+	defer t.Stop()
+	select {
+	case <-waitCtx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 var errWaitTimeout = errors.New("fence: wait timeout")
 
 // acquireBlocking waits inside a driver whose store queues waiters.
-func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg *config, req Request, held *HeldError) (*Lease, error) {
+func (c *Client) acquireBlocking(ctx, waitCtx context.Context, b BlockingAcquirer, cfg *config, req Request, held *HeldError, down *outage) (*Lease, error) {
 	for {
+		if down != nil && !down.sleep(waitCtx) {
+			return nil, c.waitEnded(ctx, waitCtx, req, held, down)
+		}
 		sent := time.Now()
 		req.Owner, req.Meta = newOwnerID(cfg.ownerPrefix), holderMeta(cfg.meta, sent)
 		claim, err := b.Acquire(waitCtx, req)
 		if err != nil {
+			if errors.Is(err, ErrUnavailable) {
+				down = c.storeDown(cfg, req.Key, err, down)
+				continue // the sleep ends the wait if it is over
+			}
 			if waitCtx.Err() != nil {
-				return nil, c.waitEnded(ctx, waitCtx, req, held)
+				// It ended inside the driver's wait: the store answered.
+				return nil, c.waitEnded(ctx, waitCtx, req, held, nil)
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}
+		down = nil
 		if time.Since(sent) >= cfg.renewInterval() {
 			// A queued wait may outlast the TTL while the store keeps the
 			// queue entry alive (its session). Validity measured from the
@@ -273,7 +331,7 @@ const (
 // notification from a Watcher, the holder's reported expiry, or a jittered
 // exponential backoff. held is what the first attempt found, nil if its
 // reply came too late.
-func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req Request, held *HeldError) (*Lease, error) {
+func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req Request, held *HeldError, down *outage) (*Lease, error) {
 	var (
 		notify  <-chan struct{}
 		watched bool
@@ -288,7 +346,11 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req R
 	for {
 		// Subscribe once, then try again at once: a release between the
 		// failed attempt and the subscription would otherwise go unseen.
-		if w, ok := c.drv.(Watcher); ok && !watched {
+		if down != nil {
+			if !down.sleep(waitCtx) {
+				return nil, c.waitEnded(ctx, waitCtx, req, held, down)
+			}
+		} else if w, ok := c.drv.(Watcher); ok && !watched {
 			watched = true
 			if ch, err := w.Watch(watchCtx, req.Key); err == nil {
 				notify = ch
@@ -307,7 +369,7 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req R
 			timer.Reset(delay)
 			select {
 			case <-waitCtx.Done():
-				return nil, c.waitEnded(ctx, waitCtx, req, held)
+				return nil, c.waitEnded(ctx, waitCtx, req, held, nil)
 			case _, ok := <-notify:
 				if !ok {
 					notify = nil // the watch broke: poll
@@ -332,20 +394,35 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req R
 		}
 		var h *HeldError
 		if !errors.As(err, &h) {
+			if errors.Is(err, ErrUnavailable) {
+				down = c.storeDown(cfg, req.Key, err, down)
+				continue // the sleep ends the wait if it is over
+			}
 			if waitCtx.Err() != nil {
-				return nil, c.waitEnded(ctx, waitCtx, req, held)
+				return nil, c.waitEnded(ctx, waitCtx, req, held, nil)
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}
-		held = h
+		held, down = h, nil
 	}
 }
 
 // waitEnded returns the error for a wait that ended without the lease:
 // ctx's error if the caller's context ended, a *HeldError if the wait
 // timeout passed.
-func (c *Client) waitEnded(ctx, waitCtx context.Context, req Request, held *HeldError) error {
+//
+// If the store was unavailable at the last attempt (down), the error
+// wraps both the end of the wait and ErrUnavailable with the store's
+// last error: the key may well be free.
+func (c *Client) waitEnded(ctx, waitCtx context.Context, req Request, held *HeldError, down *outage) error {
 	key := req.Key
+	if down != nil {
+		end := context.Cause(ctx)
+		if end == nil {
+			end = context.Cause(waitCtx)
+		}
+		return fmt.Errorf("fence: acquire %q: %w, the store unavailable since: %w", key, end, down.err)
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("fence: acquire %q: %w", key, context.Cause(ctx))
 	}

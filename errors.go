@@ -43,6 +43,13 @@ var (
 	// ErrLimitMismatch: a semaphore was asked for with a limit other than
 	// the one its current holders were granted with.
 	ErrLimitMismatch = errors.New("fence: semaphore limit mismatch")
+	// ErrUnavailable: the store could not answer for a while: a cluster
+	// without a leader, the member a client talks to gone, a connection
+	// lost. Drivers wrap the errors they know to be passing with it. A
+	// waiting Acquire keeps waiting through them, within its wait timeout
+	// and context, and if the wait ends while the store is still
+	// unavailable its error wraps both; TryAcquire returns it at once.
+	ErrUnavailable = errors.New("fence: store unavailable")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("fence: client closed")
 	// ErrStale: a guard refused a write whose fencing token is lower than

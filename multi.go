@@ -62,6 +62,7 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, cfg *config, wai
 	}
 	multi, _ := c.drv.(MultiAcquirer)
 	held := make(map[string]*Lease, len(sorted)) // the keys taken so far
+	var down *outage                             // the store unavailable at the last try
 	fail := func(err error) (*LeaseSet, error) {
 		if rerr := releaseAll(ctx, slices.Collect(maps.Values(held)), cfg); rerr != nil {
 			err = fmt.Errorf("%w; releasing the keys taken: %w", err, rerr)
@@ -98,6 +99,14 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, cfg *config, wai
 		if wait && errors.Is(err, errLateReply) {
 			continue
 		}
+		if wait && errors.Is(err, ErrUnavailable) {
+			down = c.storeDown(cfg, rest[0], err, down)
+			if err := down.sleepUntil(ctx, deadline); err != nil {
+				return fail(fmt.Errorf("fence: acquire all: %w, the store unavailable since: %w", err, down.err))
+			}
+			continue
+		}
+		down = nil
 		var he *HeldError
 		if !wait || !errors.As(err, &he) {
 			return fail(err)
