@@ -2,9 +2,11 @@ package torture
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -111,6 +113,14 @@ type Result struct {
 	Writes        int // write attempts
 	Unknown       int // writes with unknown outcome (timed out, worker killed)
 	Faults        int // fault episodes injected
+	// AcquireErrors counts acquisitions that failed with an error other
+	// than the end of their wait: the store told a waiting client no, or
+	// could not be reached, where availability means waiting on.
+	AcquireErrors int
+	// NextGrant is, for each episode of a restart plan, the time from the
+	// kill of the store's server (or member) to the next lease granted to
+	// any worker; negative if none was before the plan ended.
+	NextGrant []time.Duration
 	// Linearizable is porcupine's verdict on the register's history
 	// against FencedRegister: Ok, Illegal or Unknown (timed out).
 	Linearizable porcupine.CheckResult
@@ -147,6 +157,33 @@ var overlapBound = map[Fault]int{
 	FaultRestart:      0,
 	FaultRestartEmpty: 0, // beyond the overlaps crashOverlap explains
 	FaultWipe:         0, // likewise
+}
+
+// waitEnded reports whether an acquisition's error is the end of its
+// wait (its deadline, or the plan's end) rather than the store's answer.
+func waitEnded(err string) bool {
+	return strings.Contains(err, context.DeadlineExceeded.Error()) || strings.Contains(err, context.Canceled.Error())
+}
+
+// nextGrants returns, for each fault episode in events (sorted by time),
+// the time from its start to the first lease granted after it; -1 where
+// none was.
+func nextGrants(events []Event) []time.Duration {
+	var out []time.Duration
+	for i, e := range events {
+		if e.Op != OpFault || e.End {
+			continue
+		}
+		d := time.Duration(-1)
+		for _, g := range events[i+1:] {
+			if g.Op == OpAcquire && g.Ph == Ret && g.Res == ResOK {
+				d = time.Duration(g.T - e.T)
+				break
+			}
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // lossEpisode is a fault episode in which the store lost its state: from
@@ -226,6 +263,9 @@ type leaseSpan struct {
 // analyze checks a history. end is the time the plan ended.
 func analyze(r *Result, events []Event, applied []Applied, end int64, timeout time.Duration) {
 	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
+	if r.Fault == FaultRestart {
+		r.NextGrant = nextGrants(events)
+	}
 
 	type opKey struct {
 		w  int
@@ -261,6 +301,9 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 			}
 		case e.Ph == Ret:
 			rets[opKey{e.W, e.ID}] = e
+			if e.Op == OpAcquire && e.Res == ResFail && !waitEnded(e.Err) {
+				r.AcquireErrors++
+			}
 			if e.Op == OpRelease && e.Res == ResLost {
 				k := leaseKey{e.W, e.Key, e.Token}
 				if _, ok := lost[k]; !ok {

@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,6 +237,39 @@ func TestCrashOverlap(t *testing.T) {
 			if flagged := !r.OK(); flagged != c.want {
 				t.Errorf("%s, %s: flagged %v, want %v (%q)", f, c.name, flagged, c.want, r.Violations)
 			}
+		}
+	}
+}
+
+// TestNextGrant: the time from each restart to the next lease granted,
+// "none" for an episode with no grant after it; only restart plans
+// measure it.
+func TestNextGrant(t *testing.T) {
+	ms := int64(time.Millisecond)
+	events := []Event{
+		{W: 0, Op: OpAcquire, Ph: Ret, Res: ResOK, T: 5 * ms},
+		{W: -1, Op: OpFault, Fault: "kill redis-server", T: 10 * ms},
+		{W: 1, Op: OpAcquire, Ph: Ret, Res: ResFail, T: 20 * ms},
+		{W: -1, Op: OpFault, Fault: "redis-server restarted", End: true, T: 30 * ms},
+		{W: 1, Op: OpAcquire, Ph: Ret, Res: ResOK, T: 250 * ms},
+		{W: -1, Op: OpFault, Fault: "kill redis-server", T: 300 * ms},
+	}
+	got := nextGrants(events)
+	want := []time.Duration{240 * time.Millisecond, -1}
+	if !slices.Equal(got, want) {
+		t.Errorf("nextGrants = %v; want %v", got, want)
+	}
+	if s := nextGrant(got); s != "none" {
+		t.Errorf("nextGrant(%v) = %q; want none", got, s)
+	}
+	if s := nextGrant(got[:1]); s != "240ms" {
+		t.Errorf("nextGrant(%v) = %q; want 240ms", got[:1], s)
+	}
+	for _, f := range Faults {
+		r := &Result{Fault: f}
+		analyze(r, slices.Clone(events), nil, 400*ms, time.Second)
+		if measured := r.NextGrant != nil; measured != (f == FaultRestart) {
+			t.Errorf("fault %s: NextGrant %v; want it measured only under restart", f, r.NextGrant)
 		}
 	}
 }

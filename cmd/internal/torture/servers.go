@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence/cmd/internal/storeurl"
 	"github.com/fencing/fence/internal/testkit/testserver"
@@ -138,17 +141,32 @@ func init() {
 			url:     func(a []string, _ time.Duration) string { return "etcd://" + a[0] },
 			restart: restartProcess(env, "etcd", srv.Process),
 			wipe:    wipeEtcd(srv.Addr()),
-			// fenceetcd's session lease: 1.5 TTL in whole seconds, at
-			// least etcd's minimum of 2 s, counted from the last keepalive.
-			hold: func(ttl time.Duration) time.Duration {
-				return max(2*time.Second, (ttl*3/2+time.Second-1).Truncate(time.Second)) + ttl/4
-			},
+			hold:    etcdHold,
 			// A server that lost its data lost the token epoch too;
 			// restoring it as set up would be a rollback to a snapshot,
 			// whose revisions go back under the same epoch (docs/etcd.md).
 			emptyBare: true,
 		}
 		return s, s.saveEmpty("etcd", srv.Process)
+	})
+	server("etcd-cluster", "etcd", "a private three-member etcd cluster (the restart fault kills the leader and a follower in turn)", func(env *testserver.Env) (*Store, error) {
+		var c *testserver.EtcdClusterServer
+		if err := env.Do(func(tb testing.TB) { c = testserver.EtcdCluster(tb, 3) }); err != nil {
+			return nil, err
+		}
+		var addrs []string
+		for _, m := range c.Members {
+			addrs = append(addrs, m.Addr())
+		}
+		s := &Store{
+			addrs:   addrs,
+			url:     func(a []string, _ time.Duration) string { return "etcd://" + strings.Join(a, ",") },
+			restart: restartEtcdMember(env, c),
+			wipe:    wipeEtcd(addrs...),
+			hold:    etcdHold,
+			emptyNA: "an etcd member that lost its data must be removed from the cluster and added again as a new member, which the tool does not do",
+		}
+		return s, nil
 	})
 	server("zk", "zk", "a private ZooKeeper", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.ZooKeeperServer
@@ -295,6 +313,62 @@ func restartOneOf(env *testserver.Env, name string, ps ...*testserver.Process) f
 		n++
 		return restartProcess(env, fmt.Sprintf("%s %d of %d", name, i+1, len(ps)), ps[i])(down, started)
 	}
+}
+
+// etcdHold is how long etcd may keep a silent holder's lease: fenceetcd's
+// session lease is 1.5 TTL in whole seconds, at least etcd's minimum of
+// 2 s, counted from the last keepalive.
+func etcdHold(ttl time.Duration) time.Duration {
+	return max(2*time.Second, (ttl*3/2+time.Second-1).Truncate(time.Second)) + ttl/4
+}
+
+// restartEtcdMember kills the cluster's leader and, the next time, a
+// follower, in turn, and starts it again after down.
+func restartEtcdMember(env *testserver.Env, c *testserver.EtcdClusterServer) func(time.Duration, func(string)) (string, error) {
+	n := 0
+	return func(down time.Duration, started func(string)) (string, error) {
+		leader, err := etcdLeader(c)
+		if err != nil {
+			return "", err
+		}
+		i, role := leader, "leader"
+		if n%2 == 1 {
+			i, role = (leader+1)%len(c.Members), "follower"
+		}
+		n++
+		m := c.Members[i]
+		return restartProcess(env, fmt.Sprintf("etcd %s %s", role, m.Name()), m.Process)(down, started)
+	}
+}
+
+// etcdLeader returns the index of the cluster's leader, as its members
+// report it.
+func etcdLeader(c *testserver.EtcdClusterServer) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	ids := make([]uint64, len(c.Members))
+	var leader uint64
+	for i, ep := range c.Endpoints() {
+		st, err := cli.Status(ctx, ep)
+		if err != nil {
+			continue // a member down or starting
+		}
+		ids[i] = st.Header.MemberId
+		if st.Leader != 0 {
+			leader = st.Leader
+		}
+	}
+	for i, id := range ids {
+		if id != 0 && id == leader {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("no etcd member reports itself the leader (members %x, leader %x)", ids, leader)
 }
 
 // builtIn reports whether kind k's driver is in this build.

@@ -48,6 +48,8 @@ type Store struct {
 	// emptyTTL is the TTL a restart-empty plan needs for the server to be
 	// back within a holder's validity: a few times its start time.
 	emptyTTL time.Duration
+	// emptyNA, if set, says why the store cannot be restarted empty.
+	emptyNA string
 	// wipe, if set, removes the store's own state behind fence's back and
 	// says what it removed.
 	wipe  func(ctx context.Context) (string, error)
@@ -101,6 +103,9 @@ func (s *Store) notApplicable(f Fault) string {
 			return "the tool cannot wipe this store's state"
 		}
 	case FaultRestartEmpty:
+		if s.emptyNA != "" {
+			return s.emptyNA
+		}
 		if len(s.empty) == 0 {
 			return "the tool can empty only servers it started"
 		}

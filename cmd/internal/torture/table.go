@@ -4,26 +4,44 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Table formats results as the summary table.
 func Table(rs []*Result) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "store\tfault\tguard\tacquisitions\toverlaps\tstale refused\tstale accepted\tlinearizable\tlosses detected\twrites\tunknown\tfaults\t")
+	fmt.Fprintln(tw, "store\tfault\tguard\tacquisitions\toverlaps\tstale refused\tstale accepted\tlinearizable\tlosses detected\twrites\tunknown\tfaults\tacquire errors\tnext grant\t")
 	for _, r := range rs {
 		g := "yes"
 		if !r.Guard {
 			g = "no"
 		}
 		if r.NA != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\tn/a\t\t\t\t\t\t\t\t\t\n", r.Store, r.Fault, g)
+			fmt.Fprintf(tw, "%s\t%s\t%s\tn/a\t\t\t\t\t\t\t\t\t\t\t\n", r.Store, r.Fault, g)
 			continue
 		}
 		lin := map[string]string{"Ok": "yes", "Illegal": "NO", "Unknown": "unknown"}[string(r.Linearizable)]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t\n", r.Store, r.Fault, g,
-			r.Acquisitions, r.Overlaps, r.StaleRefused, r.StaleAccepted, lin, r.Losses, r.Writes, r.Unknown, r.Faults)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Store, r.Fault, g,
+			r.Acquisitions, r.Overlaps, r.StaleRefused, r.StaleAccepted, lin, r.Losses, r.Writes, r.Unknown, r.Faults, r.AcquireErrors, nextGrant(r.NextGrant))
 	}
 	tw.Flush()
 	return b.String()
+}
+
+// nextGrant shows the longest time from a restart to the next grant: "-"
+// when not measured, "none" when an episode saw no grant before the plan
+// ended.
+func nextGrant(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	longest := time.Duration(0)
+	for _, d := range ds {
+		if d < 0 {
+			return "none"
+		}
+		longest = max(longest, d)
+	}
+	return longest.Round(10 * time.Millisecond).String()
 }

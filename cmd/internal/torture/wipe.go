@@ -148,9 +148,9 @@ func wipeRedisOneOf(addrs ...string) func(context.Context) (string, error) {
 }
 
 // wipeEtcd deletes every key under fence's prefix.
-func wipeEtcd(addr string) func(context.Context) (string, error) {
+func wipeEtcd(addrs ...string) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 10 * time.Second})
+		c, err := clientv3.New(clientv3.Config{Endpoints: addrs, DialTimeout: 10 * time.Second})
 		if err != nil {
 			return "", err
 		}
