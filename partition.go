@@ -74,7 +74,10 @@ func (p *Partitions) Owned() []string {
 // released and may be taken again.
 //
 // Run returns once every work call has returned and every lease has been
-// released: nil when ctx ended, or the error that stopped it.
+// released: nil when ctx ended, or the error that stopped it. A join that
+// fails because the store is unavailable (ErrUnavailable), or answered
+// only after the member lease's validity had ended, is logged as a warning
+// and tried again next round; any other error stops Run.
 //
 // A partition lost, like any lease, is reported as every partition's work
 // failure is, through the worker's logger and metrics (Run goes on: the
@@ -125,7 +128,10 @@ func (p *Partitions) Run(ctx context.Context, work func(ctx context.Context, par
 			}
 			var err error
 			if member, err = p.join(ctx, cfg); err != nil && ctx.Err() == nil {
-				return err
+				if !passing(err) {
+					return err
+				}
+				cfg.logger.Warn("fence: partitions: join failed; retrying next round", "group", p.group, "err", err)
 			}
 		}
 		if member != nil && member.Err() == nil {
@@ -162,6 +168,13 @@ func (p *Partitions) join(ctx context.Context, cfg *config) (*Lease, error) {
 		}
 	}
 	return nil, nil
+}
+
+// passing reports whether a failed try may succeed if made again: the
+// store was unavailable, or its grant came back too late to be held (a
+// slow store; the grant has been released).
+func passing(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, errLateReply)
 }
 
 // memberOf returns the worker name in an owner id: the prefix before the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,12 +23,21 @@ type outageStore struct {
 	*fencemem.Store
 	mu       sync.Mutex
 	down     time.Time // down until
+	slow     time.Time // answers late until
 	attempts atomic.Int32
 }
 
 func (o *outageStore) downFor(d time.Duration) {
 	o.mu.Lock()
 	o.down = time.Now().Add(d)
+	o.mu.Unlock()
+}
+
+// slowFor makes the store answer each acquisition after its TTL has
+// passed, for d: a grant that arrives too late to be held.
+func (o *outageStore) slowFor(d time.Duration) {
+	o.mu.Lock()
+	o.slow = time.Now().Add(d)
 	o.mu.Unlock()
 }
 
@@ -45,7 +55,14 @@ func (o *outageStore) TryAcquire(ctx context.Context, req fence.Request) (fence.
 	if err := o.unavailable(); err != nil {
 		return nil, err
 	}
-	return o.Store.TryAcquire(ctx, req)
+	o.mu.Lock()
+	slow := time.Now().Before(o.slow)
+	o.mu.Unlock()
+	claim, err := o.Store.TryAcquire(ctx, req)
+	if slow {
+		time.Sleep(req.TTL)
+	}
+	return claim, err
 }
 
 func (o *outageStore) TryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fence.Claim, error) {
@@ -217,4 +234,54 @@ func TestAcquireAllWaitsThroughOutage(t *testing.T) {
 			t.Errorf("AcquireAll whose wait ends in an outage: %v; want ErrUnavailable", err)
 		}
 	})
+}
+
+// Partitions.Run joins its group through an outage and through a grant
+// that comes back too late to be held: it warns, tries again next round
+// and owns every partition once the store answers. Without the retry, Run
+// returned the first such error and the worker left the group.
+func TestPartitionsJoinThroughOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(o *outageStore)
+	}{
+		{"Unavailable", func(o *outageStore) { o.downFor(3 * time.Second) }},
+		{"LateReply", func(o *outageStore) { o.slowFor(3 * time.Second) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				o := &outageStore{Store: fencemem.New()}
+				var logs syncBuffer
+				c := fence.New(o, fence.WithTTL(time.Second), fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+				defer c.Close(context.Background())
+				tc.fault(o)
+				ctx, cancel := context.WithCancel(t.Context())
+				parts := c.Partitions("g", []string{"a", "b"})
+				done := make(chan error, 1)
+				go func() {
+					done <- parts.Run(ctx, func(ctx context.Context, _ string, _ *fence.Lease) error {
+						<-ctx.Done()
+						return nil
+					})
+				}()
+				time.Sleep(5 * time.Second)
+				synctest.Wait()
+				if got := parts.Owned(); len(got) != 2 {
+					select {
+					case err := <-done:
+						t.Fatalf("Run returned %v during a %s; want it to join once the store answers", err, tc.name)
+					default:
+					}
+					t.Errorf("owned %v 2 s after the fault ended; want [a b]", got)
+				}
+				if !strings.Contains(logs.String(), "join failed; retrying") {
+					t.Errorf("no warning of the failed join; logs:\n%s", logs.String())
+				}
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			})
+		})
+	}
 }
