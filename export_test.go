@@ -2,3 +2,13 @@ package fence
 
 // MaxBatch is maxBatch, for the tests of renewal in batches.
 const MaxBatch = maxBatch
+
+// StopTimers takes the lease's deadlines off its Client's schedule, as if
+// their timers had not run yet: a process that has just resumed from a
+// pause longer than the validity.
+func (l *Lease) StopTimers() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.c.sched.remove(l.expiry)
+	l.c.sched.remove(&l.renewEv)
+}

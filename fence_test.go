@@ -172,6 +172,34 @@ func TestUnreachableStoreLosesAtValidityEnd(t *testing.T) {
 	})
 }
 
+// A process resumed after a pause longer than the validity learns of the
+// loss from Err at once, before the timer that ends the validity has run:
+// Err reads the clock, and cancels the lease's context as the timer would.
+func TestErrReportsValidityEndBeforeItsTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := fence.New(fencemem.New(), fence.WithTTL(time.Second))
+		defer c.Close(context.Background())
+		l, err := c.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.StopTimers() // the pause: no timer runs
+		time.Sleep(900 * time.Millisecond)
+		if err := l.Err(); err != nil {
+			t.Fatalf("Err within the validity: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if got := lossReason(t, l); got != fence.LossExpired {
+			t.Errorf("Err after the validity: reason %q; want %q", got, fence.LossExpired)
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Error("Err reported the loss, but the lease's context is not cancelled")
+		}
+	})
+}
+
 func TestTransientRenewalFailuresAreRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()

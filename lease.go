@@ -178,9 +178,17 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while the lease is held, a *LostError (matching ErrLost)
 // once it is lost, and an error matching ErrReleased once it is released.
+//
+// Err reads the clock itself: once the lease's validity has run out, it
+// reports the loss (and cancels the lease's context) even if the timer
+// that ends the validity has not run yet, as after a process was paused
+// (a long GC pause, SIGSTOP, a frozen VM) and has just resumed.
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
-		return nil
+		l.expire()
+		if l.ctx.Err() == nil {
+			return nil
+		}
 	}
 	return context.Cause(l.ctx)
 }
@@ -420,7 +428,8 @@ func (l *Lease) extendValidity(sent time.Time) {
 	}
 }
 
-// expire runs when the validity timer fires.
+// expire runs when the validity timer fires, and on Err: it ends the
+// lease as lost if its validity has run out.
 func (l *Lease) expire() {
 	l.mu.Lock()
 	still := time.Now().Before(l.validUntil) // renewed meanwhile
