@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,6 +177,7 @@ type sink struct {
 	paused     *run
 	late       *fence.StaleError
 	resumed    chan struct{}
+	continued  bool // SIGCONT sent to the paused scheduler
 	failures   []string
 	background sync.WaitGroup
 }
@@ -204,6 +206,9 @@ func (k *sink) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		io.WriteString(w, "go")
 	case "/write":
+		if k.paused != nil && x == *k.paused && !k.continued {
+			k.failures = append(k.failures, fmt.Sprintf("scheduler %d wrote for its paused run before it was resumed: it never stopped", pid))
+		}
 		err := k.guard.Admit(req.Context(), resource, token)
 		var stale *fence.StaleError
 		switch {
@@ -243,6 +248,12 @@ func (k *sink) stopAndResume(pid int, token int64) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	if !stopped(pid) {
+		k.fail(fmt.Sprintf("scheduler %d went on before it was resumed", pid))
+	}
+	k.mu.Lock()
+	k.continued = true
+	k.mu.Unlock()
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		k.fail(fmt.Sprintf("resuming scheduler %d: %v", pid, err))
 	}
@@ -356,7 +367,7 @@ func child(t *testing.T, mode string) {
 		if say == "pause" {
 			g.retired.Store(true)
 			fmt.Printf("slot %d token %d: stopping\n", slot, token)
-			if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+			if err := stopSelf(); err != nil {
 				return err
 			}
 			fmt.Printf("slot %d token %d: resumed, lease %v\n", slot, token, lease.Err())
@@ -389,6 +400,17 @@ func child(t *testing.T, mode string) {
 	}
 	s.Start()
 	time.Sleep(2 * time.Minute) // killed by the parent long before
+}
+
+// stopSelf stops this process with SIGSTOP sent to the calling thread, so
+// that the thread stops before it returns from the system call. Sent to
+// the process (kill), the signal may be taken by another thread, and on a
+// busy machine the caller ran on for milliseconds, long enough to write
+// before it stopped.
+func stopSelf() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
 
 var errRetired = errors.New("this scheduler was paused and runs no more")
