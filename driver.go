@@ -31,6 +31,11 @@ type Driver interface {
 	//
 	// A driver that cannot grant exactly req.TTL must grant more, never
 	// less: the Client measures validity from req.TTL.
+	//
+	// An error that says the store could not answer for now (a connection
+	// refused or lost, a cluster without a leader) matches
+	// ErrUnavailable, here and in the other acquisitions, so that a
+	// waiting Acquire waits through it.
 	TryAcquire(ctx context.Context, req Request) (Claim, error)
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/fencing/fence"
@@ -28,6 +30,9 @@ type sessionDriver struct {
 	onCancel     func(fence.Request)        // a blocking Acquire ended by its context
 	afterRelease func(key string)           // a claim was released
 	killKeeps    func(fence.Kind) bool      // a killed session's lease stays in the store
+	unmarked     bool                       // an outage's errors do not match fence.ErrUnavailable
+
+	down atomic.Bool // in an outage (Store.Outage): nothing is acquired
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -54,7 +59,31 @@ type session struct {
 	ended  error
 }
 
+// errDown is what the session base answers in an outage, as a client
+// whose connection is refused does.
+var errDown = errors.New("connect: connection refused")
+
+// outage is Store.Outage: the "store" answers nothing until restored.
+func (d *sessionDriver) outage(*testing.T) func() {
+	d.down.Store(true)
+	return func() { d.down.Store(false) }
+}
+
+// unavailable returns the outage's error, if the store is down.
+func (d *sessionDriver) unavailable() error {
+	switch {
+	case !d.down.Load():
+		return nil
+	case d.unmarked:
+		return errDown
+	}
+	return fmt.Errorf("%w: %w", fence.ErrUnavailable, errDown)
+}
+
 func (d *sessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.unavailable(); err != nil {
+		return nil, err
+	}
 	if d.refuse != nil && d.refuse(req) {
 		return nil, &fence.HeldError{Key: req.Key}
 	}
@@ -75,6 +104,9 @@ func (d *sessionDriver) TryAcquire(ctx context.Context, req fence.Request) (fenc
 // Acquire waits inside the driver, woken by fencemem's watch or a short
 // poll (fencemem does not report expiries).
 func (d *sessionDriver) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if err := d.unavailable(); err != nil {
+		return nil, err
+	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ch, err := d.Store.Watch(wctx, req.Key)

@@ -235,6 +235,15 @@ type Store struct {
 	// nil where the store keeps nothing to lose per key (say why in the
 	// wiring).
 	Wipe func(ctx context.Context, key string) error
+	// Outage makes the store unable to answer, as a crashed server or a
+	// cluster without a quorum is (its server killed, its client's
+	// connections refused), and returns restore, which brings it back and
+	// returns once it answers. Given, the suite checks that a waiting
+	// Acquire waits through the outage and gets the key once the store is
+	// back, and that a try during it fails, with fence.ErrUnavailable
+	// where the driver can tell. Called from the test goroutine, which
+	// restore may fail. Optional.
+	Outage func(t *testing.T) (restore func())
 }
 
 const (
@@ -303,6 +312,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Break", s.breaking)
 	t.Run("Resume", s.resuming)
 	t.Run("BatchExtend", s.batchExtend)
+	t.Run("Outage", s.outage)
 	t.Run("Leftovers", s.leftovers)
 }
 

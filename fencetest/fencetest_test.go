@@ -204,6 +204,7 @@ func TestBrokenDriver(t *testing.T) {
 			}
 			if b.sess != nil {
 				st.KillSession = b.sess.kill
+				st.Outage = b.sess.outage
 			}
 			return st
 		},

@@ -77,6 +77,10 @@ var broken = map[string]brokenDriver{
 	// ...and are > 0 (rule 2), which the Client enforces.
 	"tokens-not-positive": {build: tokensNegative, catch: []string{"Tokens"},
 		why: "driver returned invalid token"},
+	// Driver: a store that cannot answer says so with ErrUnavailable, so
+	// that a waiting Acquire waits through the outage.
+	"outage-not-marked": {session: true, build: outageNotMarked, catch: []string{"Outage"},
+		why: "returned during the outage"},
 	// State loss never sends tokens back (rule 9).
 	"state-loss-resets-tokens": {build: stateLossResets, catch: []string{"StateLoss"},
 		why: "state loss must never send tokens back"},
@@ -833,4 +837,11 @@ func (d *deadSessionDriver) Acquire(ctx context.Context, req fence.Request) (fen
 		return nil, err
 	}
 	return d.keep(d.sessionDriver.Acquire(ctx, req))
+}
+
+// outageNotMarked answers an outage with an error that does not match
+// fence.ErrUnavailable: a waiting Acquire fails at once.
+func outageNotMarked(b *base) fence.Driver {
+	b.sess.unmarked = true
+	return b.sess
 }

@@ -1,0 +1,62 @@
+// Package unavail marks a store's errors that say it could not answer for
+// now with fence.ErrUnavailable, so that a waiting Acquire waits through
+// them within its wait budget (docs/leases.md) instead of failing at once.
+//
+// Each driver says which of its store's own errors are such (a cluster
+// without a leader, a server loading its data, a request timed out in the
+// store); Network recognises those every client shares: a connection
+// refused, reset or closed mid-request, an I/O timeout. A driver marks
+// the errors its acquisitions return with Mark.
+package unavail
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/fencing/fence"
+)
+
+// Mark returns err marked with fence.ErrUnavailable if the network or the
+// store could not answer: Network(err), or store(err) for a non-nil
+// store. Any other error, nil included, comes back unchanged, and so does
+// one that is marked already. The mark keeps err's message and its chain.
+func Mark(err error, store func(error) bool) error {
+	if err == nil || errors.Is(err, fence.ErrUnavailable) {
+		return err
+	}
+	if Network(err) || store != nil && store(err) {
+		return &marked{err}
+	}
+	return err
+}
+
+// Network reports whether err says the connection to the store failed or
+// timed out: the store may answer again. An error the caller's own
+// context ended, or a client closed by its user, is not one.
+func Network(err error) bool {
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // this side closed it, or its context ended
+	}
+	for _, e := range []error{io.EOF, io.ErrUnexpectedEOF, os.ErrDeadlineExceeded,
+		syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
+		syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ETIMEDOUT} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+type marked struct{ err error }
+
+func (m *marked) Error() string   { return m.err.Error() }
+func (m *marked) Unwrap() []error { return []error{fence.ErrUnavailable, m.err} }
