@@ -318,7 +318,7 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	// One deadline for all: a time.After channel would fire for the
 	// first worker still starting only, and leave the wait for the next
 	// one unbounded.
-	readyCtx, readyCancel := context.WithTimeout(ctx, 30*time.Second)
+	readyCtx, readyCancel := context.WithTimeout(ctx, workerStart)
 	for _, s := range p.slots {
 		select {
 		case <-s.proc.ready:
@@ -327,7 +327,7 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("worker %d did not start within 30s: it cannot open the store or the register (its standard error says why; see --logs)", s.proc.id)
+			return fmt.Errorf("worker %d did not start within %v: it cannot open the store or the register (its standard error says why; see --logs)", s.proc.id, workerStart)
 		}
 	}
 	readyCancel()
@@ -784,3 +784,7 @@ func (p *plan) signal(pr *proc, sig syscall.Signal) {
 	p.mu.Unlock()
 	_ = pr.cmd.Process.Signal(sig)
 }
+
+// workerStart bounds the start of a plan's workers. A k8s worker, whose
+// client-go start is slow, once took more than 30 s on a loaded CI machine.
+const workerStart = 60 * time.Second
