@@ -237,8 +237,9 @@ func TestKeysDoNotNest(t *testing.T) {
 
 // TestWaiterWithEndedSessionStops is etcd#19597 (a waiter keeps waiting
 // after its session expired) and etcd#11456 (a lock is granted after the
-// waiter's lease expired): a waiter whose session lease is revoked must
-// stop waiting with an error, never return a lease.
+// waiter's lease expired): a driver's waiter whose lease is revoked must
+// stop waiting with an error, never return a lease. The error matches
+// fence.ErrUnavailable: a Client's Acquire tries again, with a new entry.
 func TestWaiterWithEndedSessionStops(t *testing.T) {
 	for _, release := range []bool{false, true} {
 		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
@@ -252,13 +253,13 @@ func TestWaiterWithEndedSessionStops(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waiter := newFence(t, newDriver(t, srv.Endpoints()))
+			waiter := newDriver(t, srv.Endpoints())
 			got := make(chan error, 1)
-			var granted atomic.Pointer[fence.Lease]
+			var granted atomic.Pointer[fence.Claim]
 			go func() {
-				l2, err := waiter.Acquire(ctx, key)
+				c, err := waiter.Acquire(ctx, fence.Request{Key: key, Owner: "waiter", TTL: ttl})
 				if err == nil {
-					granted.Store(l2)
+					granted.Store(&c)
 				}
 				got <- err
 			}()
@@ -276,10 +277,13 @@ func TestWaiterWithEndedSessionStops(t *testing.T) {
 			select {
 			case err := <-got:
 				if err == nil {
-					t.Fatalf("waiter whose session was revoked got the lease (token %d)", granted.Load().Token())
+					t.Fatalf("waiter whose session was revoked got the lease (token %d)", (*granted.Load()).Token())
 				}
 				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("waiter ended with %v; want the session's end", err)
+				}
+				if !errors.Is(err, fence.ErrUnavailable) {
+					t.Errorf("waiter ended with %v; want it to match fence.ErrUnavailable, so that the Client tries again", err)
 				}
 				t.Logf("waiter stopped: %v", err)
 			case <-time.After(3 * ttl):

@@ -64,7 +64,9 @@
 // local validity runs. If no keepalive succeeds before that bound, the
 // session is over: its holders lose their leases and its waiters stop
 // waiting with an error (never returning a lease taken after the session
-// ended, the bug of etcd#11456).
+// ended, the bug of etcd#11456). That error, and those that say etcd could
+// not answer, match fence.ErrUnavailable (unavailable.go): a Client's
+// waiting Acquire queues again, on a new session.
 //
 // Semaphores and reader-writer locks are queues too, in directories of
 // their own beside the lock's (see kinds.go and docs/etcd.md): the first
@@ -220,7 +222,7 @@ func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	if errors.Is(err, errSessionGone) {
 		c, err = d.tryAcquire(ctx, req) // once more, on a new session
 	}
-	return c, err
+	return c, markUnavailable(ctx, err)
 }
 
 func (d *Store) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
@@ -295,8 +297,14 @@ func rangeOf(resp *clientv3.TxnResponse, i int) []*mvccpb.KeyValue {
 // Acquire implements fence.BlockingAcquirer: it queues this owner's entry
 // and waits, watching only its predecessor, until it is first. A wait
 // whose session or waiter lease (see waitSession) ends stops with an
-// error, never granting an entry that may have expired.
+// error, never granting an entry that may have expired; the error matches
+// fence.ErrUnavailable, so the Client tries again with a new entry.
 func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := d.acquire(ctx, req)
+	return c, markUnavailable(ctx, err)
+}
+
+func (d *Store) acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	s, err := d.session(ctx, req.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("fenceetcd: acquire %q: %w", req.Key, err)

@@ -2,8 +2,10 @@ package fenceetcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,6 +121,29 @@ func conformanceStore(t *testing.T, endpoints []string) fencetest.Store {
 	}
 }
 
+// outage is fencetest's Store.Outage that kills members (a single
+// server, a whole cluster, or enough members to lose the quorum), keeping
+// their data; restore starts them again together (a member answers once
+// the cluster has a leader, which needs a quorum of them).
+func outage(members ...*testserver.EtcdServer) func(t *testing.T) (restore func()) {
+	return func(t *testing.T) func() {
+		for _, m := range members {
+			m.Kill()
+		}
+		return func() {
+			errs := make([]error, len(members))
+			var wg sync.WaitGroup
+			for i, m := range members {
+				wg.Go(func() { errs[i] = m.Start() })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("restart etcd: %v", err)
+			}
+		}
+	}
+}
+
 // kindDir is the directory of key's queue of kind (see kinds.go).
 func kindDir(d *fenceetcd.Store, key string, kind fence.Kind) string {
 	switch kind {
@@ -135,7 +160,10 @@ func TestConformance(t *testing.T) {
 		TTL:          ttl,
 		SessionBound: true,
 		Setup: func(t *testing.T) fencetest.Store {
-			return conformanceStore(t, testserver.Etcd(t).Endpoints())
+			srv := testserver.Etcd(t)
+			st := conformanceStore(t, srv.Endpoints())
+			st.Outage = outage(srv)
+			return st
 		},
 		Open: open,
 	})
@@ -146,7 +174,10 @@ func TestConformanceCluster(t *testing.T) {
 		TTL:          ttl,
 		SessionBound: true,
 		Setup: func(t *testing.T) fencetest.Store {
-			return conformanceStore(t, testserver.EtcdCluster(t, 3).Endpoints())
+			cluster := testserver.EtcdCluster(t, 3)
+			st := conformanceStore(t, cluster.Endpoints())
+			st.Outage = outage(cluster.Members...)
+			return st
 		},
 		Open: open,
 	})

@@ -24,7 +24,7 @@ func (d *Store) TryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fenc
 	if errors.Is(err, errSessionGone) {
 		cs, err = d.tryAcquireAll(ctx, reqs) // once more, on a new session
 	}
-	return cs, err
+	return cs, markUnavailable(ctx, err)
 }
 
 func (d *Store) tryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fence.Claim, error) {

@@ -36,7 +36,7 @@ func (d *Store) Resume(ctx context.Context, req fence.Request, token int64) (fen
 	if errors.Is(err, errSessionGone) {
 		c, err = d.resume(ctx, req, token) // once more, on a new session
 	}
-	return c, err
+	return c, markUnavailable(ctx, err)
 }
 
 // afterResumeRead, if set (by tests), runs between the read of the holder
