@@ -102,7 +102,8 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 }
 
 // Resume implements fence.Resumer in one script.
-func (s *Store) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
+func (s *Store) Resume(ctx context.Context, req fence.Request, token int64) (_ fence.Claim, err error) {
+	defer markUnavailable(&err)
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fenceredis: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

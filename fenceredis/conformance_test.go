@@ -51,14 +51,39 @@ func (r *raw) wipe(ctx context.Context, key string) error {
 	return nil
 }
 
+// outage kills srvs, the suite's Store.Outage; restore starts them again
+// on their ports, empty, as a Redis without persistence comes back.
+func outage(srvs ...*testserver.RedisServer) func(t *testing.T) (restore func()) {
+	return func(t *testing.T) func() {
+		for _, s := range srvs {
+			s.Kill()
+		}
+		return func() {
+			for _, s := range srvs {
+				if err := s.Start(); err != nil {
+					t.Fatalf("restart redis-server: %v", err)
+				}
+			}
+		}
+	}
+}
+
 func TestConformanceSingle(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
-		TTL:   suiteTTL,
-		Setup: store(func(t *testing.T) string { return connectSingle(testserver.Redis(t)) }),
-		Open:  func(c string) (fence.Driver, func() error, error) { return open(c) },
+		TTL: suiteTTL,
+		Setup: func(t *testing.T) fencetest.Store {
+			srv := testserver.Redis(t)
+			s := store(func(*testing.T) string { return connectSingle(srv) })(t)
+			s.Outage = outage(srv)
+			return s
+		},
+		Open: func(c string) (fence.Driver, func() error, error) { return open(c) },
 	})
 }
 
+// No Outage: killing one master stops only its slots, and the suite's
+// keys may hash to another's; a whole cluster killed comes back only once
+// its nodes agree again, on no bound the suite can wait for.
 func TestConformanceCluster(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,
@@ -68,7 +93,9 @@ func TestConformanceCluster(t *testing.T) {
 }
 
 // A Sentinel-managed master, reached through a failover client. No
-// failover happens here; TestSentinelFailover makes one.
+// failover happens here; TestSentinelFailover makes one. No Outage
+// either: a master killed for longer than down-after-milliseconds is
+// failed over, which ends the outage early.
 func TestConformanceSentinel(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,
@@ -77,10 +104,21 @@ func TestConformanceSentinel(t *testing.T) {
 	})
 }
 
+// redlockStore is the suite's store over n servers; its Outage kills a
+// majority of them, which leaves no quorum.
+func redlockStore(n int) func(t *testing.T) fencetest.Store {
+	return func(t *testing.T) fencetest.Store {
+		srvs := testserver.Redises(t, n)
+		s := store(func(*testing.T) string { return connectRedlock(srvs) })(t)
+		s.Outage = outage(srvs[:n/2+1]...)
+		return s
+	}
+}
+
 func TestConformanceRedlock3(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,
-		Setup: store(func(t *testing.T) string { return connectRedlock(testserver.Redises(t, 3)) }),
+		Setup: redlockStore(3),
 		Open:  func(c string) (fence.Driver, func() error, error) { return open(c) },
 	})
 }
@@ -88,7 +126,7 @@ func TestConformanceRedlock3(t *testing.T) {
 func TestConformanceRedlock5(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,
-		Setup: store(func(t *testing.T) string { return connectRedlock(testserver.Redises(t, 5)) }),
+		Setup: redlockStore(5),
 		Open:  func(c string) (fence.Driver, func() error, error) { return open(c) },
 	})
 }

@@ -55,7 +55,8 @@ return reply
 // each lock key's names have a hash tag of their own: keys in different
 // slots are refused with fence.ErrUnsupported, which the Client takes one
 // by one instead.
-func (s *Store) TryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fence.Claim, error) {
+func (s *Store) TryAcquireAll(ctx context.Context, reqs []fence.Request) (_ []fence.Claim, err error) {
+	defer markUnavailable(&err)
 	if len(reqs) == 0 {
 		return nil, nil
 	}

@@ -19,7 +19,9 @@ import (
 
 // ErrNoQuorum matches the errors of a Redlock operation that could not
 // reach a quorum of servers (N/2+1 of N) in time because servers failed
-// or were too slow, as opposed to a key held by another owner.
+// or were too slow, as opposed to a key held by another owner. Those of
+// an acquisition (TryAcquire, Resume) also match fence.ErrUnavailable, so
+// that a waiting Acquire waits for the servers to come back.
 var ErrNoQuorum = errors.New("fenceredis: no quorum of redlock servers")
 
 // Redlock is the fence driver over N independent Redis servers (no
@@ -208,7 +210,8 @@ type reservation struct {
 func (r reservation) granted() bool { return r.ok }
 
 // TryAcquire implements fence.Driver with Redlock's two phases.
-func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (r *Redlock) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer markUnavailable(&err)
 	start := time.Now()
 	deadline := start.Add(req.TTL - drift(req.TTL))
 	phaseCtx, cancel := context.WithDeadline(ctx, deadline)

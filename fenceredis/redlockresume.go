@@ -125,7 +125,8 @@ func (s *Store) resumeOn(ctx context.Context, req fence.Request, token int64) (r
 // that it holds nobody off; if servers failed instead, the lease may
 // still hold a quorum with them, and their extension stays (it ends with
 // the TTL) so that a retry can still take the lease back.
-func (r *Redlock) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
+func (r *Redlock) Resume(ctx context.Context, req fence.Request, token int64) (_ fence.Claim, err error) {
+	defer markUnavailable(&err)
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fenceredis: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

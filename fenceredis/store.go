@@ -112,7 +112,8 @@ func (n names) keys() []string { return []string{n.lock, n.counter} }
 
 // TryAcquire implements fence.Driver: one script sets the lock if absent
 // and, only then, issues the token max(counter+1, server time in µs).
-func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer markUnavailable(&err)
 	if req.Kind != fence.KindLock {
 		return s.acquireKind(ctx, req)
 	}
