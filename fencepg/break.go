@@ -73,7 +73,8 @@ func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.
 // key's row only if its owner and token are req.Owner and token and it
 // has not expired. The row keeps the lock-delay it was acquired with; a
 // lease in its lock-delay has ended (ErrNotHeld), and the delay runs on.
-func (d *LeaseStore) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
+func (d *LeaseStore) Resume(ctx context.Context, req fence.Request, token int64) (_ fence.Claim, err error) {
+	defer func() { err = markUnavailable(ctx, err) }()
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}

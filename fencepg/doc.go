@@ -55,6 +55,15 @@
 // so they exclude each other on a key; lease mode is separate: do not lock
 // one key in lease mode and in another mode.
 //
+// # Availability
+//
+// The acquisitions' errors that say PostgreSQL could not answer for now (a
+// connection refused or lost, a server starting up, shutting down or out
+// of connections: see unavailable.go) match fence.ErrUnavailable, so a
+// Client's waiting Acquire waits through them, on a new connection.
+// TxLocker's errors are those of the caller's transaction, and are not
+// marked: a retry needs a new transaction.
+//
 // # Schema
 //
 // Setup creates the tables (idempotently), and adds lock_delay to a lock

@@ -212,3 +212,63 @@ func TestKeyCollisionDetected(t *testing.T) {
 		t.Errorf("advisory locks left after refused collisions: %d (%v)", n, err)
 	}
 }
+
+// A session-mode Acquire waiting in the server goes on waiting, on a new
+// connection, when its connection ends: the waiting backend terminated
+// (57P01), then the server killed and restarted, which frees the
+// holder's lock.
+func TestSessionWaitSurvivesLostConnection(t *testing.T) {
+	srv, pool := server(t)
+	ctx := ctxFor(t)
+	a := sessionClient(t, pool, fence.WithTTL(time.Minute))
+	b := sessionClient(t, pool, fence.WithTTL(time.Minute))
+	held, err := a.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "job", fence.WithWait(time.Minute))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	// waiter returns the pid of the backend waiting for the lock, once
+	// there is one other than gone.
+	waiter := func(gone int32) int32 {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			var pid int32
+			err := pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid <> $1`, gone).Scan(&pid)
+			if err == nil {
+				return pid
+			}
+			select {
+			case err := <-got:
+				t.Fatalf("Acquire returned while waiting, its connection ended: %v; want it to wait on", err)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		t.Fatal("no backend waits for the lock")
+		return 0
+	}
+	first := waiter(0)
+	exec(t, pool, `SELECT pg_terminate_backend($1)`, first)
+	waiter(first)
+
+	srv.Kill()
+	time.Sleep(time.Second)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Acquire, waiting through the restart: %v; want the key, which the restart freed", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiting Acquire did not get the key after the restart")
+	}
+}

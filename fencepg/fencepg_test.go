@@ -79,7 +79,8 @@ func TestConformanceLease(t *testing.T) {
 					_, err := pool.Exec(ctx, `UPDATE fence_locks SET owner = NULL WHERE key = $1`, key)
 					return err
 				},
-				Wipe: func(ctx context.Context, key string) error { return wipe(ctx, pool, key) },
+				Wipe:   func(ctx context.Context, key string) error { return wipe(ctx, pool, key) },
+				Outage: func(t *testing.T) func() { return outage(t, srv) },
 				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
 					// Rows of leases that expired (a killed holder's) stay
 					// until taken over: only live ones are left behind.
@@ -126,7 +127,8 @@ func TestConformanceSession(t *testing.T) {
 					}
 					return terminateHolder(ctx, pool, id, key)
 				},
-				Wipe: func(ctx context.Context, key string) error { return wipe(ctx, pool, key) },
+				Wipe:   func(ctx context.Context, key string) error { return wipe(ctx, pool, key) },
+				Outage: func(t *testing.T) func() { return outage(t, srv) },
 				Leftovers: func(ctx context.Context, prefix string) ([]string, error) {
 					return leftovers(ctx, pool, `SELECT key FROM fence_tokens t JOIN pg_locks l
 						ON l.locktype = 'advisory' AND l.classid::bigint = ((t.lock_id >> 32) & 4294967295)
@@ -152,6 +154,18 @@ func TestConformanceSession(t *testing.T) {
 			return d, func() error { err := d.Close(); p.Close(); return err }, nil
 		},
 	})
+}
+
+// outage kills the server, keeping its data, and returns what starts it
+// again: committed rows (lease mode's leases, every mode's counters)
+// survive; advisory locks do not.
+func outage(t *testing.T, srv *testserver.PostgresServer) (restore func()) {
+	srv.Kill()
+	return func() {
+		if err := srv.Start(); err != nil {
+			t.Fatalf("restarting PostgreSQL: %v", err)
+		}
+	}
 }
 
 // terminateHolder ends the backends that hold the advisory lock id (of

@@ -178,7 +178,8 @@ func micros(d time.Duration) int64 {
 }
 
 // TryAcquire implements fence.Driver in one round trip.
-func (d *LeaseStore) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *LeaseStore) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = markUnavailable(ctx, err) }()
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}
@@ -193,7 +194,7 @@ func (d *LeaseStore) TryAcquire(ctx context.Context, req fence.Request) (fence.C
 		return nil, fmt.Errorf("fencepg: acquire %q: %w: %s in lease mode", req.Key, fence.ErrUnsupported, req.Kind)
 	}
 	c := &leaseClaim{d: d, key: req.Key, owner: req.Owner}
-	err := d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta),
+	err = d.pool.QueryRow(ctx, d.qAcquire, req.Key, req.Owner, micros(req.TTL), metaArg(req.Meta),
 		micros(req.LockDelay)).Scan(&c.token)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

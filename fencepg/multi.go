@@ -18,7 +18,8 @@ var _ fence.MultiAcquirer = (*LeaseStore)(nil)
 // sent as one batch; committed only if every key was granted, rolled back
 // otherwise, so that nothing changes, tokens included. Each key's
 // statement keeps its own request's lock-delay, as TryAcquire does.
-func (d *LeaseStore) TryAcquireAll(ctx context.Context, reqs []fence.Request) ([]fence.Claim, error) {
+func (d *LeaseStore) TryAcquireAll(ctx context.Context, reqs []fence.Request) (_ []fence.Claim, err error) {
+	defer func() { err = markUnavailable(ctx, err) }()
 	if err := d.ensureSetup(ctx); err != nil {
 		return nil, err
 	}

@@ -289,7 +289,8 @@ func (d *SessionStore) drop(conn *pgx.Conn, err error) {
 
 // TryAcquire implements fence.Driver: one round trip on a dedicated
 // connection, plus one to read the holder when the key is held.
-func (d *SessionStore) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *SessionStore) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = markUnavailable(ctx, err) }()
 	conn, err := d.take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
@@ -323,7 +324,8 @@ func (d *SessionStore) TryAcquire(ctx context.Context, req fence.Request) (fence
 // the token once granted, in one statement. When ctx ends first it
 // cancels the wait in the server and closes the connection, so no lock
 // and no queued request is left behind.
-func (d *SessionStore) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *SessionStore) Acquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = markUnavailable(ctx, err) }()
 	conn, err := d.take(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fencepg: acquire %q: %w", req.Key, err)
