@@ -359,7 +359,14 @@ func parseMeta(raw sql.NullString) map[string]string {
 
 // TryAcquire implements fence.Driver: two round trips on a dedicated
 // connection when the lock is free (lock, then token), one when it is held.
+// An error that says the server could not answer (a connection refused or
+// lost, too many connections) matches fence.ErrUnavailable.
 func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := d.tryAcquire(ctx, req)
+	return c, markUnavailable(ctx, err)
+}
+
+func (d *Store) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	name := LockName(d.prefix, req.Key)
 	a, err := d.try(ctx, req, name)
 	if err != nil {
@@ -377,8 +384,15 @@ const waitForever = 365 * 24 * 3600
 
 // Acquire implements fence.BlockingAcquirer: it waits in GET_LOCK. When
 // ctx ends first, it ends the wait in the server with KILL QUERY and
-// closes the connection, so no request is left queued.
+// closes the connection, so no request is left queued. Its errors match
+// fence.ErrUnavailable as TryAcquire's do, so the Client waits through the
+// server's absence.
 func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := d.acquire(ctx, req)
+	return c, markUnavailable(ctx, err)
+}
+
+func (d *Store) acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	name := LockName(d.prefix, req.Key)
 	a, err := d.try(ctx, req, name)
 	var held *fence.HeldError
@@ -410,10 +424,13 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 	if err := a.conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0)`, a.liveName).Scan(&ok); err != nil || ok.Int64 != 1 {
 		a.unlock(context.Background(), name)
 		discard(a.conn)
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case err != nil:
+			return nil, fmt.Errorf("fencemysql: acquire %q: liveness lock: %w", req.Key, err)
 		}
-		return nil, fmt.Errorf("fencemysql: acquire %q: liveness lock: %v", req.Key, err)
+		return nil, fmt.Errorf("fencemysql: acquire %q: could not take the liveness lock %q", req.Key, a.liveName)
 	}
 	a.got = true
 	return d.grant(ctx, a, req, name)
@@ -451,10 +468,13 @@ func (d *Store) grant(ctx context.Context, a *attempt, req fence.Request, name s
 	if err != nil || token <= 0 {
 		a.unlock(context.Background(), name)
 		discard(a.conn)
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case err != nil:
+			return nil, fmt.Errorf("fencemysql: acquire %q: token: %w", req.Key, err)
 		}
-		return nil, fmt.Errorf("fencemysql: acquire %q: token: %v (token %d)", req.Key, err, token)
+		return nil, fmt.Errorf("fencemysql: acquire %q: token %d", req.Key, token)
 	}
 	c := &claim{d: d, conn: a.conn, connID: a.connID, key: req.Key, name: name, live: a.liveName, owner: req.Owner, token: token,
 		Note: lossnote.New()}

@@ -126,6 +126,16 @@ func TestConformance(t *testing.T) {
 					}
 					return keys, rows.Err()
 				},
+				// The server dies (SIGKILL); its data directory stays, so
+				// the counter table's committed bumps survive its restart.
+				Outage: func(t *testing.T) func() {
+					srv.Kill()
+					return func() {
+						if err := srv.Start(); err != nil {
+							t.Fatalf("restarting mariadbd: %v", err)
+						}
+					}
+				},
 			}
 		},
 		Open: open,
@@ -259,5 +269,44 @@ func TestKeyCollisionDetected(t *testing.T) {
 	_ = db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, fencemysql.LockName("", "job")).Scan(&used)
 	if used.Valid {
 		t.Errorf("lock left held by connection %d after a refused collision", used.Int64)
+	}
+}
+
+// A wait in GET_LOCK whose server dies goes on waiting: the lost
+// connection matches fence.ErrUnavailable, so the Client tries again once
+// the server is back, where the restart has freed the key.
+func TestWaitThroughRestart(t *testing.T) {
+	srv, _ := server(t)
+	ctx := ctxFor(t)
+	a := client(t, srv.DSN())
+	b := client(t, srv.DSN())
+	if _, err := a.TryAcquire(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "job", fence.WithWait(time.Minute))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // b waits in GET_LOCK
+	srv.Kill()
+	select {
+	case err := <-got:
+		t.Fatalf("Acquire ended when the server died: %v; want it to wait", err)
+	case <-time.After(time.Second):
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatalf("restarting mariadbd: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Acquire after the restart: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Acquire did not get the key after the restart")
 	}
 }
