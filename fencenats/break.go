@@ -59,6 +59,10 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 // with a lock-delay is judged as its extends are (lockdelay.go): resumed
 // only if the write landed before its end.
 func (d *Store) Resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
+	return d.acquisition(ctx, req, func(ctx context.Context) (fence.Claim, error) { return d.resume(ctx, req, token) })
+}
+
+func (d *Store) resume(ctx context.Context, req fence.Request, token int64) (fence.Claim, error) {
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fencenats: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

@@ -307,6 +307,10 @@ func wrongRevision(err error) bool {
 
 // TryAcquire implements fence.Driver.
 func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	return d.acquisition(ctx, req, func(ctx context.Context) (fence.Claim, error) { return d.tryAcquire(ctx, req) })
+}
+
+func (d *Store) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
 	if req.LockDelay > 0 {
 		return d.acquireDelayed(ctx, req)
 	}

@@ -147,11 +147,31 @@ func leftovers(ctx context.Context, kv jetstream.KeyValue, d *fencenats.Store, p
 	return left, nil
 }
 
+// outage kills the private nats-server; restore starts it again on the
+// same port with its JetStream store directory, so the bucket and its
+// sequence come back, and the clients' connections reconnect on their own
+// (nats.go's defaults: every 2s, 60 times).
+func outage(srv *testserver.NATSServer) func(t *testing.T) func() {
+	return func(t *testing.T) func() {
+		srv.Kill()
+		return func() {
+			if err := srv.Start(); err != nil {
+				t.Fatalf("restart nats-server: %v", err)
+			}
+		}
+	}
+}
+
 // NATS KV entries end with their TTL, bound to no session: no
 // KillSession.
 func TestConformance(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL: ttl,
+		// No Store.Outage here (TestConformanceMaxAge has it): after
+		// nats-server 2.15.2 is killed and restarted, a message purged
+		// long before the kill can be back in the stream (seen: the
+		// hour-TTL lease of the BadInput check, released 35s before, whose
+		// PURGE marker had expired), and Leftovers then finds it.
 		Setup: func(t *testing.T) fencetest.Store {
 			return conformanceStore(t, startNATS(t).URL()+"|fencetest")
 		},
@@ -165,7 +185,10 @@ func TestConformanceMaxAge(t *testing.T) {
 	fencetest.Run(t, fencetest.Config{
 		TTL: ttl,
 		Setup: func(t *testing.T) fencetest.Store {
-			return conformanceStore(t, startNATS(t).URL()+"|fencetest|maxage")
+			srv := startNATS(t)
+			st := conformanceStore(t, srv.URL()+"|fencetest|maxage")
+			st.Outage = outage(srv)
+			return st
 		},
 		Open: open,
 	})
