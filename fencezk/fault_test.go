@@ -3,7 +3,6 @@ package fencezk_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -369,9 +368,12 @@ func TestServerPausedPastSessionTimeout(t *testing.T) {
 	_ = l2.Release(ctx)
 }
 
-// TestWaiterWithExpiredSessionStops: a waiter whose session expires while
-// it waits must stop waiting with an error, never be granted the key.
-func TestWaiterWithExpiredSessionStops(t *testing.T) {
+// TestWaiterWithExpiredSessionQueuesAgain: a waiter whose session expires
+// while it waits is never granted the key on its lost entry; it queues
+// again in the client's new session (the expiry is ErrUnavailable to the
+// waiting Acquire), leaves nothing of the old session behind, and gets
+// the key when the holder releases it.
+func TestWaiterWithExpiredSessionQueuesAgain(t *testing.T) {
 	srv := startZooKeeper(t)
 	ctx := ctxT(t)
 	p := newProxy(t, srv.Addr())
@@ -380,38 +382,88 @@ func TestWaiterWithExpiredSessionStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter := newFence(t, dial(t, p.Addr(), sessionTimeout))
-	got := make(chan error, 1)
+	wd := dial(t, p.Addr(), sessionTimeout)
+	waiter := newFence(t, wd)
+	type result struct {
+		l   *fence.Lease
+		err error
+	}
+	got := make(chan result, 1)
 	go func() {
 		l2, err := waiter.Acquire(ctx, "w")
-		if err == nil {
-			err = nil
-			_ = l2
-			got <- fmt.Errorf("granted token %d", l2.Token())
-			return
-		}
-		got <- err
+		got <- result{l2, err}
 	}()
 	raw := rawConn(t, srv.Addr())
 	d := dial(t, srv.Addr(), sessionTimeout)
-	waitChildren(t, raw, d, "w", 2)
-	p.Partition(sessionTimeout + 2*time.Second)
-	select {
-	case err := <-got:
-		if strings.HasPrefix(err.Error(), "granted") || errors.Is(err, context.Canceled) {
-			t.Errorf("waiter whose session expired: %v; want the session's end", err)
+	// The waiter's entry: the second one, once it stays (its first try's
+	// came and went).
+	var first string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		q := children(t, raw, d, "w")
+		if len(q) == 2 && q[1] == first {
+			break
 		}
-		t.Logf("waiter stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("waiter still waiting after its session expired")
+		if first = ""; len(q) == 2 {
+			first = q[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %q; want the holder and the waiter", q)
+		}
+	}
+	oldSession := wd.Conn().SessionID()
+	p.Partition(sessionTimeout + 2*time.Second)
+
+	// Queued again: the holder, then a new entry of the new session.
+	var q []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		q = children(t, raw, d, "w")
+		if len(q) == 2 && q[1] != first {
+			break
+		}
+		select {
+		case r := <-got:
+			t.Fatalf("waiter whose session expired returned while the key is held: %v, %v; want it to queue again", r.l, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %q %v after the waiter's session expired; want the holder and a new entry", q, 30*time.Second)
+		}
+	}
+	_, st, err := raw.Get(d.KeyPath("w") + "/" + q[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.EphemeralOwner == oldSession || st.EphemeralOwner != wd.Conn().SessionID() {
+		t.Errorf("new entry %s owned by session %#x; want the waiter's new session %#x (old %#x)",
+			q[1], st.EphemeralOwner, wd.Conn().SessionID(), oldSession)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("waiter whose session expired returned while the key is held: %v, %v; want it to wait on", r.l, r.err)
+	default:
 	}
 	if err := l.Err(); err != nil {
 		t.Errorf("holder lost its lease: %v", err)
 	}
-	if q := children(t, raw, d, "w"); len(q) != 1 {
-		t.Errorf("queue %q; want only the holder", q)
+
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
-	_ = l.Release(ctx)
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiter, after the release: %v", r.err)
+		}
+		if r.l.Token() <= l.Token() {
+			t.Errorf("waiter's token %d after the holder's %d", r.l.Token(), l.Token())
+		}
+		_ = r.l.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not granted the key within 10s of its release")
+	}
+	if q := children(t, raw, d, "w"); len(q) != 0 {
+		t.Errorf("queue %q after both released; want it empty", q)
+	}
 }
 
 // TestGrantedSessionTimeout: a server that grants a shorter session than

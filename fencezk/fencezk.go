@@ -298,11 +298,12 @@ func (d *Store) checkTTL(req fence.Request) error {
 }
 
 // TryAcquire implements fence.Driver.
-func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = d.mark(err) }()
 	if err := d.checkTTL(req); err != nil {
 		return nil, err
 	}
-	path, token, n, err := d.enqueue(ctx, req)
+	path, token, n, sid, err := d.enqueue(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
 	}
@@ -316,7 +317,7 @@ func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 		}
 		if err != nil {
 			d.abandon(path)
-			return nil, fmt.Errorf("fencezk: acquire %s %q: %w", req.Kind, req.Key, err)
+			return nil, fmt.Errorf("fencezk: acquire %s %q: %w", req.Kind, req.Key, d.entryLost(err, sid))
 		}
 	}
 	d.abandon(path)
@@ -331,11 +332,12 @@ func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 }
 
 // Acquire implements fence.BlockingAcquirer.
-func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+func (d *Store) Acquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = d.mark(err) }()
 	if err := d.checkTTL(req); err != nil {
 		return nil, err
 	}
-	path, token, n, err := d.enqueue(ctx, req)
+	path, token, n, sid, err := d.enqueue(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
 	}
@@ -345,7 +347,7 @@ func (d *Store) Acquire(ctx context.Context, req fence.Request) (fence.Claim, er
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, err)
+			return nil, fmt.Errorf("fencezk: acquire %q: %w", req.Key, d.entryLost(err, sid))
 		}
 	}
 	return d.newClaim(req.Key, path, token), nil
@@ -358,9 +360,9 @@ func parentOf(path string) string { return path[:strings.LastIndexByte(path, '/'
 // multi-operation that also checks the token epoch is still the one this
 // session read, creating the container (and the root) first if missing.
 // It returns the child's path, its token (czxid plus the epoch's base),
-// and the number of children the queue had then, its own included: all
-// the others were queued before it.
-func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, token int64, children int32, err error) {
+// the number of children the queue had then, its own included (all the
+// others were queued before it), and the session that owns the child.
+func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, token int64, children int32, sid int64, err error) {
 	data, _ := json.Marshal(entry{Owner: req.Owner, Meta: req.Meta})
 	parent, prefix := d.queuePath(req)
 	// The key's container may be removed by the server between our
@@ -370,7 +372,7 @@ func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, to
 	for {
 		e, err := d.tokenBase(ctx)
 		if err != nil {
-			return "", 0, 0, err
+			return "", 0, 0, 0, err
 		}
 		var resp []zk.MultiResponse
 		err = d.await(ctx, func() (err error) {
@@ -383,7 +385,7 @@ func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, to
 		}, func() { d.abandonPrefix(parent, prefix) })
 		if err == nil && d.sameSession(e) {
 			st := resp[2].Stat
-			return resp[1].String, st.Mzxid + e.base, st.NumChildren, nil
+			return resp[1].String, st.Mzxid + e.base, st.NumChildren, e.sid, nil
 		}
 		epochGone := err == nil || len(resp) > 0 && resp[0].Error != nil
 		if err == nil {
@@ -395,18 +397,18 @@ func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, to
 				// The create may have been applied.
 				d.abandonPrefix(parent, prefix)
 			}
-			return "", 0, 0, err
+			return "", 0, 0, 0, err
 		}
 		if epochGone {
 			d.forgetEpoch(e)
 			if epochs++; epochs > 3 {
-				return "", 0, 0, fmt.Errorf("the token epoch %s keeps changing under the acquisition", d.epochPath())
+				return "", 0, 0, 0, fmt.Errorf("the token epoch %s keeps changing under the acquisition", d.epochPath())
 			}
 			continue
 		}
 		containers++
 		if err := d.makeContainer(ctx, parent); err != nil {
-			return "", 0, 0, err
+			return "", 0, 0, 0, err
 		}
 	}
 }
@@ -541,25 +543,49 @@ func (d *Store) check(ctx context.Context, path string) error {
 // abandon deletes a queue entry this driver created (a TryAcquire that
 // found others, a cancelled or failed wait) before the call returns. Its
 // name is unique to one acquisition, so the delete touches nothing else.
-// If it fails (no connection), the entry still goes when the session ends.
+// If ZooKeeper cannot answer now, the delete goes on in the background
+// (retryGone): a session that outlives the outage would keep the entry,
+// and the retry of a waiting Acquire would queue behind it for good.
 func (d *Store) abandon(path string) {
-	_ = d.conn.Delete(path, -1)
+	del := func() error { return d.conn.Delete(path, -1) }
+	if err := del(); d.passing(err) {
+		d.wg.Go(func() { d.retryGone(del) })
+	}
 }
 
-// abandonPrefix deletes the entry whose name starts with prefix, for a
-// create whose outcome is unknown.
+// abandonPrefix deletes, in the background, the entry whose name starts
+// with prefix, for a create whose outcome is unknown.
 func (d *Store) abandonPrefix(parent, prefix string) {
 	d.wg.Go(func() {
-		kids, _, err := d.conn.Children(parent)
-		if err != nil {
-			return
-		}
-		for _, k := range kids {
-			if p := parent + "/" + k; strings.HasPrefix(p, prefix) {
-				_ = d.conn.Delete(p, -1)
+		d.retryGone(func() error {
+			kids, _, err := d.conn.Children(parent)
+			if err != nil {
+				return err
 			}
-		}
+			for _, k := range kids {
+				if p := parent + "/" + k; strings.HasPrefix(p, prefix) {
+					if err := d.conn.Delete(p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+						return err
+					}
+				}
+			}
+			return nil
+		})
 	})
+}
+
+// retryGone runs del, a delete of abandoned entries, and again every
+// second while ZooKeeper cannot answer, until it succeeds or fails
+// otherwise (zk.ErrNoNode: gone already, with its session maybe) or the
+// driver is closed.
+func (d *Store) retryGone(del func() error) {
+	for d.passing(del()) {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // await runs fn, a ZooKeeper call that takes no context, and returns its
