@@ -70,6 +70,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/azkit"
+	"github.com/fencing/fence/internal/kit/unavail"
 )
 
 // The range of a fixed-duration Azure blob lease.
@@ -155,7 +156,10 @@ var (
 
 // TryAcquire makes one attempt to lease req.Key's blob for req.Owner and
 // issue the next token. See the package documentation for the steps.
-func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+// Its errors that say the service could not answer for now match
+// fence.ErrUnavailable.
+func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = unavail.Mark(err, unavailable) }()
 	op := "fenceazblob: acquire " + strconv.Quote(req.Key)
 	dur, err := leaseSeconds(req.TTL)
 	if err != nil {

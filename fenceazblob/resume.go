@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/azkit"
+	"github.com/fencing/fence/internal/kit/unavail"
 )
 
 var _ fence.Resumer = (*Store)(nil)
@@ -20,8 +21,10 @@ var _ fence.Resumer = (*Store)(nil)
 // the blob's metadata (If-Match), so it is refused if anyone wrote a
 // token since. A blob lease's duration is fixed when it is acquired: a
 // req.TTL that needs more is refused with fence.ErrInvalidTTL. The
-// holder's metadata stays as it was acquired.
-func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence.Claim, error) {
+// holder's metadata stays as it was acquired. Its errors that say the
+// service could not answer for now match fence.ErrUnavailable.
+func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (_ fence.Claim, err error) {
+	defer func() { err = unavail.Mark(err, unavailable) }()
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fenceazblob: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

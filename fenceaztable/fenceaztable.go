@@ -81,6 +81,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/azkit"
 	"github.com/fencing/fence/internal/kit/sighting"
+	"github.com/fencing/fence/internal/kit/unavail"
 )
 
 // Store keeps leases as entities of one table. It is safe for concurrent
@@ -201,7 +202,10 @@ func (s *Store) watchHeld(name string, e *entity, etag azcore.ETag, fallback tim
 
 // TryAcquire makes one attempt to take req.Key's entity for req.Owner and
 // issue the next token. See the package documentation for the steps.
-func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+// Its errors that say the service could not answer for now match
+// fence.ErrUnavailable.
+func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = unavail.Mark(err, unavailable) }()
 	op := "fenceaztable: acquire " + strconv.Quote(req.Key)
 	name := PartitionKey(req.Key)
 	want := entity{key: req.Key, owner: req.Owner, ttl: ttlMillis(req.TTL), delay: delayMillis(req), meta: req.Meta}
@@ -489,8 +493,10 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 // Resume implements fence.Resumer: it renews key's entity, with the new
 // TTL and metadata, only if it names req.Owner with tok and this Store
 // has not seen it unchanged for its holder's TTL, If-Match on the ETag it
-// was read with.
-func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence.Claim, error) {
+// was read with. Its errors that say the service could not answer for
+// now match fence.ErrUnavailable, as TryAcquire's.
+func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (_ fence.Claim, err error) {
+	defer func() { err = unavail.Mark(err, unavailable) }()
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fenceaztable: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

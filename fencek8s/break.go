@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/metajson"
+	"github.com/fencing/fence/internal/kit/unavail"
 )
 
 var (
@@ -72,8 +73,11 @@ func released(l *coordinationv1.Lease) *coordinationv1.Lease {
 // Resume implements fence.Resumer: it reads key's Lease and, if it names
 // req.Owner with tok and has not expired as this driver sees it (a lease
 // in its lock-delay has), renews it (renewTime, duration, metadata,
-// lock-delay) in an update conditioned on the resourceVersion read.
-func (d *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence.Claim, error) {
+// lock-delay) in an update conditioned on the resourceVersion read. Its
+// errors that say the API server could not answer match
+// fence.ErrUnavailable, as TryAcquire's.
+func (d *Store) Resume(ctx context.Context, req fence.Request, tok int64) (_ fence.Claim, err error) {
+	defer func() { err = unavail.Mark(err, unavailable) }()
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fencek8s: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

@@ -107,6 +107,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/metajson"
 	"github.com/fencing/fence/internal/kit/sighting"
+	"github.com/fencing/fence/internal/kit/unavail"
 )
 
 // The annotations the driver keeps on a Lease.
@@ -210,8 +211,10 @@ func durationSeconds(ttl time.Duration) (int32, error) {
 	return int32(s), nil
 }
 
-// TryAcquire implements fence.Driver.
-func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+// TryAcquire implements fence.Driver. Its errors that say the API server
+// or its storage could not answer match fence.ErrUnavailable.
+func (d *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = unavail.Mark(err, unavailable) }()
 	secs, err := durationSeconds(req.TTL)
 	if err != nil {
 		return nil, err

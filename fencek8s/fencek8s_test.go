@@ -50,8 +50,14 @@ func parseServer(connect string) server {
 
 func startKube(t *testing.T) server {
 	t.Helper()
+	s, _ := startKubeServer(t)
+	return s
+}
+
+func startKubeServer(t *testing.T) (server, *testserver.KubeServer) {
+	t.Helper()
 	k := testserver.Kube(t)
-	return server{k.Host(), k.Token(), k.CAFile()}
+	return server{k.Host(), k.Token(), k.CAFile()}, k
 }
 
 // clientset returns a clientset of its own (its own connections), and a
@@ -104,7 +110,7 @@ func TestConformance(t *testing.T) {
 		TTL:            ttl,
 		ContenderClock: true,
 		Setup: func(t *testing.T) fencetest.Store {
-			s := startKube(t)
+			s, k := startKubeServer(t)
 			leases := mustClientset(t, s).CoordinationV1().Leases(namespace)
 			del := func(ctx context.Context, key string) error {
 				return leases.Delete(ctx, fencek8s.Name(key), metav1.DeleteOptions{})
@@ -133,6 +139,16 @@ func TestConformance(t *testing.T) {
 						}
 					}
 					return left, nil
+				},
+				// The API server killed: its clients' connections are
+				// refused. Its etcd, which keeps the Leases, runs on.
+				Outage: func(t *testing.T) func() {
+					k.Kill()
+					return func() {
+						if err := k.Start(); err != nil {
+							t.Fatalf("restart kube-apiserver: %v", err)
+						}
+					}
 				},
 			}
 		},
