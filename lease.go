@@ -84,7 +84,13 @@ func (l *Lease) start(now time.Time) {
 	l.expiry = &l.expiryEv
 	l.c.sched.put(l.expiry, l.validUntil)
 	if !l.cfg.noRenew {
-		l.c.sched.put(&l.renewEv, now.Add(l.cfg.renewInterval()))
+		// A grant whose reply was slow has less validity left than the
+		// interval assumes: renew no later than an interval before it ends.
+		at := now.Add(l.cfg.renewInterval())
+		if last := l.validUntil.Add(-l.cfg.renewInterval()); last.Before(at) {
+			at = last
+		}
+		l.c.sched.put(&l.renewEv, at)
 	}
 	l.mu.Unlock()
 	if sc, ok := l.claim.(SessionClaim); ok {

@@ -285,3 +285,33 @@ func TestPartitionsJoinThroughOutage(t *testing.T) {
 		})
 	}
 }
+
+// slowGrant answers an acquisition only after delay: a store under load.
+type slowGrant struct {
+	*fencemem.Store
+	delay time.Duration
+}
+
+func (s slowGrant) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	c, err := s.Store.TryAcquire(ctx, req)
+	time.Sleep(s.delay)
+	return c, err
+}
+
+// A grant whose reply took most of the TTL is renewed before its validity
+// ends: the first renewal is not an interval after the reply, which came
+// too late for that. Before, such a lease was lost before it was renewed.
+func TestSlowGrantRenewedInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := fence.New(slowGrant{fencemem.New(), 1400 * time.Millisecond}, fence.WithTTL(2*time.Second), quiet)
+		defer c.Close(context.Background())
+		l, err := c.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		time.Sleep(3 * time.Second)
+		if err := l.Err(); err != nil {
+			t.Errorf("lease granted 1.4 s into a 2 s TTL, 3 s later: %v; want it renewed in time", err)
+		}
+	})
+}
