@@ -399,7 +399,9 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req R
 				continue // the sleep ends the wait if it is over
 			}
 			if waitCtx.Err() != nil {
-				return nil, c.waitEnded(ctx, waitCtx, req, held, nil)
+				// The wait ended inside an attempt, which tells nothing
+				// new: an outage before it is still the last word.
+				return nil, c.waitEnded(ctx, waitCtx, req, held, down)
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}

@@ -315,3 +315,32 @@ func TestSlowGrantRenewedInTime(t *testing.T) {
 		}
 	})
 }
+
+// stallingOutage answers its first attempts with ErrUnavailable, then
+// hangs until the attempt's context ends, as a try against a dead
+// server that takes the whole of a slow dial does.
+type stallingOutage struct {
+	*fencemem.Store
+	attempts atomic.Int32
+}
+
+func (s *stallingOutage) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+	if s.attempts.Add(1) <= 3 {
+		return nil, fmt.Errorf("%w: connection refused", fence.ErrUnavailable)
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A wait that ends inside an attempt, after the store was found
+// unavailable, reports the outage, not a key held by nobody.
+func TestWaitEndingInAttemptReportsOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := fence.New(&stallingOutage{Store: fencemem.New()}, fence.WithTTL(time.Second), quiet)
+		defer c.Close(context.Background())
+		_, err := c.Acquire(context.Background(), "k", fence.WithWait(2*time.Second))
+		if !errors.Is(err, fence.ErrUnavailable) || errors.Is(err, fence.ErrHeld) {
+			t.Errorf("wait ended inside an attempt during an outage: %v; want ErrUnavailable, not ErrHeld", err)
+		}
+	})
+}
