@@ -159,7 +159,7 @@ var (
 // Its errors that say the service could not answer for now match
 // fence.ErrUnavailable.
 func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
-	defer func() { err = unavail.Mark(err, unavailable) }()
+	defer func() { err = unavail.Mark(err, azkit.Unavailable) }()
 	op := "fenceazblob: acquire " + strconv.Quote(req.Key)
 	dur, err := leaseSeconds(req.TTL)
 	if err != nil {

@@ -24,7 +24,7 @@ var _ fence.Resumer = (*Store)(nil)
 // holder's metadata stays as it was acquired. Its errors that say the
 // service could not answer for now match fence.ErrUnavailable.
 func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (_ fence.Claim, err error) {
-	defer func() { err = unavail.Mark(err, unavailable) }()
+	defer func() { err = unavail.Mark(err, azkit.Unavailable) }()
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fenceazblob: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

@@ -30,7 +30,7 @@ func TestUnavailable(t *testing.T) {
 		{"held", &fence.HeldError{Key: "k"}, false},
 	} {
 		err := azkit.Err("fenceazblob: acquire", c.err)
-		if got := errors.Is(unavail.Mark(err, unavailable), fence.ErrUnavailable); got != c.want {
+		if got := errors.Is(unavail.Mark(err, azkit.Unavailable), fence.ErrUnavailable); got != c.want {
 			t.Errorf("%s: %v matches ErrUnavailable: %v; want %v", c.name, err, got, c.want)
 		}
 	}

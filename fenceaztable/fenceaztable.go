@@ -205,7 +205,7 @@ func (s *Store) watchHeld(name string, e *entity, etag azcore.ETag, fallback tim
 // Its errors that say the service could not answer for now match
 // fence.ErrUnavailable.
 func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
-	defer func() { err = unavail.Mark(err, unavailable) }()
+	defer func() { err = unavail.Mark(err, azkit.Unavailable) }()
 	op := "fenceaztable: acquire " + strconv.Quote(req.Key)
 	name := PartitionKey(req.Key)
 	want := entity{key: req.Key, owner: req.Owner, ttl: ttlMillis(req.TTL), delay: delayMillis(req), meta: req.Meta}
@@ -496,7 +496,7 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 // was read with. Its errors that say the service could not answer for
 // now match fence.ErrUnavailable, as TryAcquire's.
 func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (_ fence.Claim, err error) {
-	defer func() { err = unavail.Mark(err, unavailable) }()
+	defer func() { err = unavail.Mark(err, azkit.Unavailable) }()
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fenceaztable: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

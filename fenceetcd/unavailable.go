@@ -16,10 +16,7 @@ import (
 // so that a waiting Acquire waits through it. An error once ctx has ended
 // is the end of the caller's wait, and stays as it is.
 func markUnavailable(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() != nil {
-		return err
-	}
-	return unavail.Mark(err, unavailable)
+	return unavail.MarkLive(ctx, err, unavailable)
 }
 
 // unavailable reports whether err says etcd could not answer for now,

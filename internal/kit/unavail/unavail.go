@@ -34,6 +34,15 @@ func Mark(err error, store func(error) bool) error {
 	return err
 }
 
+// MarkLive is Mark for an acquisition made under ctx: an error once ctx
+// has ended is the end of the caller's wait, and stays as it is.
+func MarkLive(ctx context.Context, err error, store func(error) bool) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	return Mark(err, store)
+}
+
 // Network reports whether err says the connection to the store failed or
 // timed out: the store may answer again. An error the caller's own
 // context ended, or a client closed by its user, is not one.

@@ -46,3 +46,14 @@ func TestMark(t *testing.T) {
 		t.Error("a marked error is marked again")
 	}
 }
+
+func TestMarkLive(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := MarkLive(ctx, io.EOF, nil); !errors.Is(err, fence.ErrUnavailable) {
+		t.Errorf("MarkLive with a live context: %v; want it marked", err)
+	}
+	cancel()
+	if err := MarkLive(ctx, io.EOF, nil); errors.Is(err, fence.ErrUnavailable) {
+		t.Errorf("MarkLive once the context ended: %v; want it unmarked", err)
+	}
+}
