@@ -140,6 +140,10 @@
 //     result per claim, in order; a claim whose lease another owner took
 //     is refused among live ones, which are extended by the TTL asked
 //     (rule 3); the new owner keeps the key.
+//   - Outage, where Store.Outage is given: a waiting Acquire waits through
+//     the store's outage (errors matching fence.ErrUnavailable) and gets
+//     the key once the store is back; a try in the outage fails, never as
+//     held.
 //   - Leftovers (rules 6 and 7): once every lease is released nothing is
 //     left behind, when Store.Leftovers is given.
 //
