@@ -86,6 +86,25 @@ func throttled(err error) bool {
 	return false
 }
 
+// unavailable reports whether err is the service's answer that it could
+// not serve the request for now: an acquisition's error that matches
+// fence.ErrUnavailable (unavail.Mark), besides the network errors every
+// client shares (the SDK returns the transport's error, wrapped, once its
+// retries are spent). These are the answers the SDK's standard retryer
+// retries (aws/retry: throttling codes and 5xx statuses), so a Client
+// sees them only once that retryer has given up. A missing table is not
+// one: it will not appear by waiting.
+func unavailable(err error) bool {
+	if missingTable(err) {
+		return false
+	}
+	switch codeOf(err) {
+	case "InternalServerError", "ServiceUnavailable", "RequestTimeout", "RequestTimeoutException":
+		return true
+	}
+	return throttled(err) || statusOf(err) >= 500
+}
+
 // refused reports whether the service answered a request with a client
 // error, so that it changed nothing.
 func refused(err error) bool {

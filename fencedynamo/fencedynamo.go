@@ -78,6 +78,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/sighting"
+	"github.com/fencing/fence/internal/kit/unavail"
 )
 
 // Store keeps leases as items of one table. It is safe for concurrent
@@ -216,7 +217,10 @@ func (s *Store) watchHeld(name string, it *item, fallback time.Duration) (blocke
 
 // TryAcquire makes one attempt to take req.Key's item for req.Owner and
 // issue the next token. See the package documentation for the steps.
-func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
+// Its errors that say the service could not answer for now match
+// fence.ErrUnavailable.
+func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Claim, err error) {
+	defer func() { err = unavail.MarkLive(ctx, err, unavailable) }()
 	op := "fencedynamo: acquire " + strconv.Quote(req.Key)
 	name := PartitionKey(req.Key)
 	// Fail on oversized holder metadata before sending anything.
@@ -448,8 +452,11 @@ var (
 // on the record version it was read with, so a write since (the
 // holder's renewal, a new holder) makes Break look again. The holder's
 // next renewal is refused and its lease lost; tokens go on growing. The
-// conformance suite's forced loss uses it with token 0.
-func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holder, error) {
+// conformance suite's forced loss uses it with token 0. Its errors that
+// say the service could not answer for now match fence.ErrUnavailable,
+// as TryAcquire's.
+func (s *Store) Break(ctx context.Context, key string, token int64) (_ fence.Holder, err error) {
+	defer func() { err = unavail.MarkLive(ctx, err, unavailable) }()
 	if err := fence.ValidateKey(key); err != nil {
 		return fence.Holder{}, err
 	}
@@ -484,8 +491,10 @@ func (s *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 // Resume implements fence.Resumer: it renews key's item, with the new TTL
 // and metadata and the same token, only if it names req.Owner with tok
 // and this Store has not seen it unchanged for its holder's TTL,
-// conditioned on the record version it was read with.
-func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (fence.Claim, error) {
+// conditioned on the record version it was read with. Its errors that
+// say the service could not answer for now match fence.ErrUnavailable.
+func (s *Store) Resume(ctx context.Context, req fence.Request, tok int64) (_ fence.Claim, err error) {
+	defer func() { err = unavail.MarkLive(ctx, err, unavailable) }()
 	if req.Kind != fence.KindLock {
 		return nil, fmt.Errorf("fencedynamo: resume %q: %w: %s", req.Key, fence.ErrUnsupported, req.Kind)
 	}

@@ -3,13 +3,19 @@ package fencedynamo
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/unavail"
 )
 
 func TestItemRoundTrip(t *testing.T) {
@@ -139,6 +145,40 @@ func TestRetryer(t *testing.T) {
 	for attempt := 1; attempt < 10; attempt++ {
 		if d, err := r.RetryDelay(attempt, errors.New("x")); err != nil || d > time.Second {
 			t.Errorf("RetryDelay(%d) = %v, %v; want at most 1s", attempt, d, err)
+		}
+	}
+}
+
+// TestUnavailable: the answers that say the service could not serve the
+// request for now, and the network's failures, mark an acquisition's
+// error fence.ErrUnavailable; a refusal, a conflict or a missing table
+// does not.
+func TestUnavailable(t *testing.T) {
+	status := func(code int) error {
+		return &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: code}}, Err: errors.New("answer")}
+	}
+	refusedDial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&types.ProvisionedThroughputExceededException{}, true},
+		{&types.RequestLimitExceeded{}, true},
+		{&smithy.GenericAPIError{Code: "ThrottlingException"}, true},
+		{&smithy.GenericAPIError{Code: "InternalServerError"}, true},
+		{&smithy.GenericAPIError{Code: "ServiceUnavailable"}, true},
+		{status(http.StatusServiceUnavailable), true},
+		{status(http.StatusInternalServerError), true},
+		{refusedDial, true},
+		{&types.ConditionalCheckFailedException{}, false},
+		{&types.ResourceNotFoundException{}, false},
+		{&smithy.GenericAPIError{Code: "ValidationException"}, false},
+		{status(http.StatusBadRequest), false},
+		{context.Canceled, false},
+	} {
+		err := unavail.Mark(storageErr("fencedynamo: acquire \"k\"", "locks", c.err), unavailable)
+		if got := errors.Is(err, fence.ErrUnavailable); got != c.want {
+			t.Errorf("%T %v: matches fence.ErrUnavailable: %v, want %v", c.err, c.err, got, c.want)
 		}
 	}
 }

@@ -34,6 +34,7 @@ type Process interface {
 	Addr() string // host:port, as it appears in the connect string
 	Kill()
 	Restart()
+	Start() error // after Kill: start it again on its data, on its port
 }
 
 // Harness describes one record-version store to the suite.
@@ -137,9 +138,19 @@ func Conformance[S Store](t *testing.T, h Harness[S]) {
 		TTL:            h.TTL,
 		ContenderClock: true,
 		Setup: func(t *testing.T) fencetest.Store {
-			connect, _ := h.Server(t)
+			connect, p := h.Server(t)
 			s := mustOpen(t, h, connect)
 			return fencetest.Store{
+				// The server killed: connections refused. Started again on
+				// its data, so tokens grow across it.
+				Outage: func(t *testing.T) func() {
+					p.Kill()
+					return func() {
+						if err := p.Start(); err != nil {
+							t.Fatalf("restart the server after the outage: %v", err)
+						}
+					}
+				},
 				Connect: connect,
 				Delete: func(ctx context.Context, key string) error {
 					_, err := s.Break(ctx, key, 0)
