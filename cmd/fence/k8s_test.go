@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -107,6 +109,93 @@ func TestK8sStore(t *testing.T) {
 		noSecret(r)
 		if r.code == 0 || r.code == exitFree || r.code == 75 || !strings.Contains(r.stderr, "connection refused") {
 			t.Errorf("fence %s on an unreachable API server: exit %d; stderr:\n%s", args[0], r.code, r.stderr)
+		}
+	}
+}
+
+// TestK8sInCluster runs the fence binary as it runs in a pod: no
+// kubeconfig anywhere, the API server named by KUBERNETES_SERVICE_HOST and
+// _PORT, and the service account's token, CA certificate and namespace in
+// /var/run/secrets/kubernetes.io/serviceaccount. Those files are mounted
+// in a mount namespace of the fence process's own, so the machine's /run
+// is never touched. A k8s:/// URL must then use the pod's namespace, and
+// a wrong token must be an error naming the refusal, not a free key.
+func TestK8sInCluster(t *testing.T) {
+	kube := testserver.Kube(t)
+	unshare, err := exec.LookPath("unshare")
+	if err != nil || os.Geteuid() != 0 {
+		testserver.Unavailable(t, "a pod's service account is mounted in a mount namespace: needs root and unshare (Debian package util-linux)")
+	}
+	host, port, err := net.SplitHostPort(kube.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(kube.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pod writes a service account directory holding token, and a wrapper
+	// that mounts it where client-go looks and execs fence there.
+	pod := func(token string) string {
+		dir := t.TempDir()
+		sa := filepath.Join(dir, "serviceaccount")
+		for name, data := range map[string]string{"token": token, "ca.crt": string(ca), "namespace": "kube-system"} {
+			if err := os.MkdirAll(sa, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(sa, name), []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wrapper := filepath.Join(dir, "fence-in-pod")
+		script := fmt.Sprintf(`#!/bin/sh
+exec %s --mount --propagation private sh -c '
+  mount -t tmpfs fence-pod /run &&
+  mkdir -p /run/secrets/kubernetes.io/serviceaccount &&
+  mount --bind "$0" /run/secrets/kubernetes.io/serviceaccount &&
+  exec "$@"' %s %s "$@"
+`, unshare, sa, fenceBin)
+		if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return wrapper
+	}
+	e := &env{t: t, home: t.TempDir(), store: "k8s:///", bin: pod(kube.Token()),
+		environ: []string{"KUBECONFIG=", "KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port}}
+
+	r := e.run("run", "--ttl", "3s", "--key", "pods/job", "--", "sh", "-c", "echo $FENCE_TOKEN")
+	if strings.Contains(r.stdout+r.stderr, kube.Token()) {
+		t.Errorf("fence printed the service account's token:\n%s%s", r.stdout, r.stderr)
+	}
+	tok := tokenOf(t, r)
+
+	// The Lease is in the pod's namespace, written by the run above.
+	cfg, err := clientcmd.BuildConfigFromFlags("", kube.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cs.CoordinationV1().Leases("kube-system").Get(ctx, fencek8s.Name("pods/job"), metav1.GetOptions{}); err != nil {
+		t.Errorf("the Lease of a run in the pod's namespace kube-system: %v", err)
+	}
+	if r := e.run("status", "--key", "pods/job"); r.code != exitFree {
+		t.Errorf("status in the pod after the run: exit %d, want %d (free); stderr:\n%s", r.code, exitFree, r.stderr)
+	}
+	if r := e.run("run", "--ttl", "3s", "--key", "pods/job", "--", "sh", "-c", "echo $FENCE_TOKEN"); tokenOf(t, r) <= tok {
+		t.Errorf("second run in the pod: token %d after %d", tokenOf(t, r), tok)
+	}
+
+	// A service account token the API server does not know: refused, loudly.
+	e.bin = pod("not-a-token")
+	for _, args := range [][]string{{"run", "--no-wait", "--key", "pods/job", "--", "true"}, {"status", "--key", "pods/job"}} {
+		r := e.run(args...)
+		if r.code == 0 || r.code == exitFree || r.code == 75 || !strings.Contains(strings.ToLower(r.stderr), "unauthorized") {
+			t.Errorf("fence %s with a wrong service account token: exit %d; stderr:\n%s", args[0], r.code, r.stderr)
 		}
 	}
 }

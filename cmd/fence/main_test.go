@@ -58,6 +58,7 @@ type env struct {
 	store   string
 	home    string
 	environ []string // more environment variables, "NAME=value"
+	bin     string   // the program run in fence's place (a wrapper that execs it); fenceBin if empty
 }
 
 func newEnv(t *testing.T) *env {
@@ -109,7 +110,11 @@ func TestOpenDirectoryWarns(t *testing.T) {
 }
 
 func (e *env) command(args ...string) *exec.Cmd {
-	cmd := exec.Command(fenceBin, args...)
+	bin := fenceBin
+	if e.bin != "" {
+		bin = e.bin
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "FENCE_STORE="+e.store, "HOME="+e.home, "XDG_STATE_HOME=",
 		// The machine's own Azure settings stay out.
 		"AZURE_STORAGE_CONNECTION_STRING=", "AZURE_STORAGE_KEY=", "AZURE_STORAGE_SAS_TOKEN=")
