@@ -105,7 +105,7 @@ func (d *Store) resume(ctx context.Context, req fence.Request, token int64) (fen
 			continue
 		}
 		first, _ := json.Marshal(created)
-		c := &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: first, token: token, rev: rev, delay: req.LockDelay}
+		c := &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: first, token: token, rev: rev, ttl: req.TTL, delay: req.LockDelay}
 		if old.DelayMs == 0 && req.LockDelay == 0 {
 			return c, nil
 		}
@@ -115,7 +115,7 @@ func (d *Store) resume(ctx context.Context, req fence.Request, token int64) (fen
 		}
 		if old.DelayMs > 0 {
 			// Judged by the old lease's end and delay.
-			old := &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: m.Data, token: token, rev: rev,
+			old := &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: m.Data, token: token, rev: rev, ttl: req.TTL,
 				delay: time.Duration(old.DelayMs) * time.Millisecond, end: m.Time.Add(time.Duration(old.TTLms) * time.Millisecond)}
 			if !at.Before(old.end) {
 				return nil, old.reblock(ctx, "resume", rev, at)

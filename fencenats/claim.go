@@ -20,7 +20,8 @@ type claim struct {
 	owner string
 	value []byte // as created; extends add the token
 	token int64
-	rev   uint64 // revision of our last write
+	rev   uint64        // revision of our last write
+	ttl   time.Duration // the lease's TTL, as last written
 	// With a lock-delay (lockdelay.go): the delay, and the lease's end
 	// by the server's clock.
 	delay time.Duration
@@ -34,7 +35,11 @@ func (c *claim) Token() int64 { return c.token }
 // last revision, with a fresh TTL.
 func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	if c.delay > 0 {
-		return c.extendDelayed(ctx, ttl)
+		err := c.extendDelayed(ctx, ttl)
+		if err == nil {
+			c.ttl = ttl
+		}
+		return err
 	}
 	storeTTL, err := c.d.storeTTL(ttl)
 	if err != nil {
@@ -47,7 +52,7 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	for adopted := false; ; adopted = true {
 		rev, err := c.d.publish(ctx, c.name, data, c.rev, storeTTL)
 		if err == nil {
-			c.rev = rev
+			c.rev, c.ttl = rev, ttl
 			return nil
 		}
 		if !wrongRevision(err) {
@@ -84,7 +89,20 @@ func (c *claim) adopt(ctx context.Context) error {
 
 // Release implements fence.Claim: it purges the key expecting our last
 // revision; the purge marker expires on its own.
-func (c *claim) Release(ctx context.Context) error {
+//
+// Its requests are given up after the lease's TTL (at least a second):
+// nats.go waits for a reply across a reconnect, and a request lost with
+// its connection or with a stream leader that died would otherwise wait
+// for the caller's deadline, however long, though the key expires by its
+// TTL anyway.
+func (c *claim) Release(ctx context.Context) (err error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, max(c.ttl, time.Second), errNoReply)
+	defer cancel()
+	defer func() {
+		if err != nil && context.Cause(ctx) == errNoReply {
+			err = fmt.Errorf("%w: the key is freed when its TTL runs out (%w)", errNoReply, err)
+		}
+	}()
 	if c.delay > 0 {
 		return c.releaseDelayed(ctx)
 	}

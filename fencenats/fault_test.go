@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencenats"
+	"github.com/fencing/fence/internal/testkit/faultproxy"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -234,4 +235,42 @@ func TestNames(t *testing.T) {
 		}
 		seen[n] = k
 	}
+}
+
+// TestReleaseGivesUpAfterTTL: a release whose reply never comes (dropped
+// on the way back, as with a stream leader that died after the purge)
+// returns an error within about the lease's TTL, not at the caller's
+// deadline, however long: nats.go would wait for the reply until then.
+func TestReleaseGivesUpAfterTTL(t *testing.T) {
+	srv := startNATS(t)
+	ctx := ctxT(t)
+	p, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	l, err := newFence(t, dial(t, "nats://"+p.Addr(), "fence")).TryAcquire(ctx, "rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole(faultproxy.Downstream)
+	start := time.Now()
+	err = l.Release(ctx) // ctx lasts two minutes
+	took := time.Since(start)
+	p.Heal()
+	if err == nil || !strings.Contains(err.Error(), "no reply within the lease's TTL") {
+		t.Errorf("Release with its reply dropped: %v; want an error saying no reply came within the TTL", err)
+	}
+	if took > ttl+2*time.Second {
+		t.Errorf("Release with its reply dropped took %v; want it given up after the TTL (%v)", took.Round(time.Millisecond), ttl)
+	}
+	// The purge went through, or the key expired: free for another.
+	l2, err := newFence(t, dial(t, srv.URL(), "fence")).Acquire(ctx, "rel", fence.WithWait(2*ttl))
+	if err != nil {
+		t.Fatalf("Acquire after the lost release: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	_ = l2.Release(ctx)
 }

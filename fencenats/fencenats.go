@@ -324,7 +324,7 @@ func (d *Store) tryAcquire(ctx context.Context, req fence.Request) (fence.Claim,
 	if err != nil {
 		return nil, err
 	}
-	return &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: v, token: int64(rev), rev: rev}, nil
+	return &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: v, token: int64(rev), rev: rev, ttl: req.TTL}, nil
 }
 
 // create publishes v on the key's subject if the key is free, with the

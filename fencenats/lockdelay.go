@@ -66,7 +66,7 @@ func (d *Store) acquireDelayed(ctx context.Context, req fence.Request) (fence.Cl
 	if err != nil {
 		return nil, err
 	}
-	c := &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: v, token: int64(rev), rev: rev, delay: req.LockDelay}
+	c := &claim{d: d, key: req.Key, name: name, owner: req.Owner, value: v, token: int64(rev), rev: rev, ttl: req.TTL, delay: req.LockDelay}
 	at, err := d.writtenAt(ctx, rev)
 	if err != nil {
 		// The lease's end is unknown: give the key back rather than

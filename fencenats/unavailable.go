@@ -13,8 +13,9 @@ import (
 	"github.com/fencing/fence/internal/kit/unavail"
 )
 
-// errNoReply is the cause of an acquisition's own deadline: no reply
-// within the lease's TTL, after which a reply could grant nothing.
+// errNoReply is the cause of an acquisition's or a release's own
+// deadline: no reply within the lease's TTL, after which a reply could
+// grant nothing, and the key frees itself.
 var errNoReply = errors.New("fencenats: no reply within the lease's TTL")
 
 // acquisition runs acquire, an acquisition entry point, and marks its
