@@ -98,15 +98,24 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 	return fmt.Errorf("fencezk: extend %q: %w", c.key, err)
 }
 
-// Release implements fence.Claim: it deletes the znode.
+// Release implements fence.Claim: it deletes the znode. If ZooKeeper
+// cannot answer now (an election, a server lost), or ctx ends first, the
+// delete goes on in the background until it lands or the znode is gone
+// with its session (retryGone): the session outlives the outage, and
+// with it the znode, which would keep the key held for good.
 func (c *claim) Release(ctx context.Context) error {
 	defer c.stop()
-	err := c.d.await(ctx, func() error { return c.d.conn.Delete(c.path, 0) }, nil)
+	del := func() error { return c.d.conn.Delete(c.path, 0) }
+	err := c.d.await(ctx, del, nil)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrSessionExpired):
 		return fmt.Errorf("%w: %q: znode %s: %w", fence.ErrNotHeld, c.key, c.path, err)
+	}
+	if ctx.Err() != nil || c.d.passing(err) {
+		c.d.wg.Go(func() { c.d.retryGone(del) })
+		return fmt.Errorf("fencezk: release %q: %w (deleting its znode goes on in the background)", c.key, err)
 	}
 	return fmt.Errorf("fencezk: release %q: %w", c.key, err)
 }

@@ -1,0 +1,65 @@
+package fencenats_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencing/fence"
+	"github.com/fencing/fence/fencenats"
+	"github.com/fencing/fence/internal/testkit/leaderloss"
+	"github.com/fencing/fence/internal/testkit/testserver"
+)
+
+// TestClusterStreamLeaderLoss runs fence on a bucket of 3 replicas over 3
+// servers and kills the bucket's stream leader (leaderloss): a waiter
+// waits through the election (it once failed at once with "no response
+// from stream"), a holder keeps its lease or loses it loudly, and tokens
+// go on growing.
+func TestClusterStreamLeaderLoss(t *testing.T) {
+	cl := testserver.NATSCluster(t, 3)
+	if !cl.Servers[0].AtLeast("2.11") {
+		t.Fatalf("nats-server %s is too old for per-message TTLs (need 2.11)", cl.Servers[0].Version())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bucket := testserver.Name("fence")
+	dial := func() *fence.Client {
+		d, err := fencenats.Dial(ctx, cl.URL(), bucket, fencenats.WithReplicas(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		return fence.New(d, fence.WithTTL(ttl))
+	}
+	holder, waiter := dial(), dial()
+	js := connect(t, cl.URL())
+	leaderloss.Run(t, leaderloss.Cluster{
+		Holder: holder, Waiter: waiter, TTL: ttl,
+		// Every key of the bucket is on its one stream, led by one server.
+		KillLeader: func(t *testing.T, _ string) func() {
+			s, err := js.Stream(ctx, "KV_"+bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := s.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Config.Replicas != 3 || info.Cluster == nil {
+				t.Fatalf("the bucket's stream: %d replicas, cluster %+v; want 3 replicas on the cluster", info.Config.Replicas, info.Cluster)
+			}
+			leader := cl.Named(info.Cluster.Leader)
+			if leader == nil {
+				t.Fatalf("stream leader %q is none of the cluster's servers", info.Cluster.Leader)
+			}
+			leader.Kill()
+			t.Logf("killed the stream leader %s", info.Cluster.Leader)
+			return func() {
+				if err := leader.Start(); err != nil {
+					t.Fatalf("restart %s: %v", info.Cluster.Leader, err)
+				}
+			}
+		},
+	})
+}

@@ -1,0 +1,131 @@
+package testserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// NATSClusterServer is a private cluster of nats-servers with JetStream,
+// each its own process with its own data directory and client port,
+// routed to the others on loopback. A stream (a KV bucket) with 3
+// replicas lives on three of them and is led by one; killing its leader
+// makes the others elect another.
+type NATSClusterServer struct {
+	Servers []*NATSServer
+	names   []string // each server's server_name, as JetStream reports a leader
+}
+
+// URL returns every server's client URL, comma-separated, as nats.Connect
+// takes a list of servers.
+func (c *NATSClusterServer) URL() string {
+	urls := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		urls[i] = s.URL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Named returns the server whose server_name is name (a stream's leader,
+// as JetStream's StreamInfo.Cluster.Leader names it), or nil.
+func (c *NATSClusterServer) Named(name string) *NATSServer {
+	if i := slices.Index(c.names, name); i >= 0 {
+		return c.Servers[i]
+	}
+	return nil
+}
+
+// NATSCluster starts n nats-servers with JetStream as one cluster (client
+// and route ports free on loopback) and waits until each answers a
+// JetStream API request, which needs the cluster's JetStream meta leader
+// elected. It takes no credentials.
+func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("testserver: NATSCluster needs at least 1 server, got %d", n)
+	}
+	bin := Require(t, "nats-server")
+	o := collect(opts)
+	o.check(t, "a NATS cluster", credentials{})
+	version, err := natsServerVersion(bin)
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	base := dataDir(t, "nats-cluster")
+	c := &NATSClusterServer{}
+	startRetrying(t, fmt.Sprintf("NATS cluster of %d", n), func() error {
+		clientPorts := make([]int, n)
+		routes := make([]string, n)
+		routePorts := make([]int, n)
+		for i := range n {
+			cp, err := freePort(0)
+			if err != nil {
+				return err
+			}
+			rp, err := freePort(0)
+			if err != nil {
+				return err
+			}
+			clientPorts[i], routePorts[i] = cp, rp
+			routes[i] = "nats://127.0.0.1:" + strconv.Itoa(rp)
+		}
+		// A name of its own, so that servers of another test's cluster
+		// that reach these ports cannot join it.
+		cluster := fmt.Sprintf("fence-test-%x", rand.Uint64())
+		c.Servers = make([]*NATSServer, n)
+		c.names = make([]string, n)
+		for i := range n {
+			name := fmt.Sprintf("n%d", i)
+			dir := filepath.Join(base, name)
+			if err := os.RemoveAll(dir); err != nil { // a failed attempt's state
+				return err
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPorts[i]))
+			args := slices.Concat([]string{
+				"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(clientPorts[i]), "-sd", dir,
+				"--server_name", name,
+				"--cluster_name", cluster,
+				"--cluster", routes[i],
+				"--routes", strings.Join(slices.Delete(slices.Clone(routes), i, i+1), ","),
+			}, o.args)
+			c.names[i] = name
+			c.Servers[i] = &NATSServer{version: version}
+			c.Servers[i].Process = newProcess(t, procSpec{
+				name: "nats-server-" + name,
+				path: bin,
+				args: args,
+				dir:  dir,
+				port: clientPorts[i],
+				ping: func(ctx context.Context) error { return natsPing(ctx, addr) },
+			})
+		}
+		// Start the servers together: JetStream answers only once a
+		// quorum has elected its meta leader.
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i, s := range c.Servers {
+			wg.Go(func() { errs[i] = s.start() })
+		}
+		wg.Wait()
+		err := errors.Join(errs...)
+		if err != nil {
+			for _, s := range c.Servers {
+				s.Kill()
+			}
+		}
+		return err
+	})
+	return c
+}

@@ -1,0 +1,149 @@
+package testserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ZooKeeperEnsembleServer is a private ZooKeeper ensemble: n servers
+// (QuorumPeerMain, each in its own JVM with its own zoo.cfg, myid and data
+// directory) on loopback client, quorum and election ports. Every write
+// goes through the leader; killing it makes the others elect another, and
+// a client's session moves to a server it can reach.
+type ZooKeeperEnsembleServer struct {
+	Servers []*ZooKeeperServer
+}
+
+// Addrs returns every server's client address, host:port.
+func (e *ZooKeeperEnsembleServer) Addrs() []string {
+	out := make([]string, len(e.Servers))
+	for i, s := range e.Servers {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+// Leader returns the server that says it leads (srvr's "Mode: leader"),
+// or nil if none does yet.
+func (e *ZooKeeperEnsembleServer) Leader(ctx context.Context) *ZooKeeperServer {
+	for _, s := range e.Servers {
+		if out, err := zkFourLetter(ctx, s.Addr(), "srvr"); err == nil && strings.Contains(out, "Mode: leader") {
+			return s
+		}
+	}
+	return nil
+}
+
+// ZooKeeperEnsemble starts an ensemble of n servers and waits until each
+// serves (srvr reports its mode: leader or follower, which needs a
+// quorum). Options' Args are extra zoo.cfg lines for every server.
+func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleServer {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("testserver: ZooKeeperEnsemble needs at least 1 server, got %d", n)
+	}
+	java := Require(t, "java")
+	jar := Require(t, "zookeeper")
+	o := collect(opts)
+	classpath := jar
+	if simple := filepath.Join(filepath.Dir(jar), "slf4j-simple.jar"); fileExists(simple) {
+		classpath += string(os.PathListSeparator) + simple
+	}
+	base := dataDir(t, "zk-ensemble")
+	e := &ZooKeeperEnsembleServer{}
+	startRetrying(t, fmt.Sprintf("ZooKeeper ensemble of %d", n), func() error {
+		// Three ports a server: clients, followers to the leader, and
+		// leader election.
+		ports := make([][3]int, n)
+		var peers []string
+		for i := range n {
+			for j := range 3 {
+				p, err := freePort(0)
+				if err != nil {
+					return err
+				}
+				ports[i][j] = p
+			}
+			peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[i][1], ports[i][2]))
+		}
+		e.Servers = make([]*ZooKeeperServer, n)
+		for i := range n {
+			dir := filepath.Join(base, "s"+strconv.Itoa(i+1))
+			if err := os.RemoveAll(dir); err != nil { // a failed attempt's state
+				return err
+			}
+			data := filepath.Join(dir, "data")
+			if err := os.MkdirAll(data, 0o700); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o644); err != nil {
+				return err
+			}
+			lines := append([]string{
+				"tickTime=" + strconv.Itoa(int(ZooKeeperTick/time.Millisecond)),
+				"initLimit=50", // ticks: a follower syncing with a new leader, on a loaded machine
+				"syncLimit=10",
+				"maxSessionTimeout=60000",
+				"dataDir=" + data,
+				"clientPort=" + strconv.Itoa(ports[i][0]),
+				"clientPortAddress=127.0.0.1",
+				"admin.enableServer=false",
+				"4lw.commands.whitelist=*",
+				"maxClientCnxns=0",
+			}, peers...)
+			lines = append(lines, o.args...)
+			cfg := filepath.Join(dir, "zoo.cfg")
+			if err := os.WriteFile(cfg, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+				return err
+			}
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i][0]))
+			e.Servers[i] = &ZooKeeperServer{}
+			e.Servers[i].Process = newProcess(t, procSpec{
+				name: "zookeeper-" + strconv.Itoa(i+1),
+				path: java,
+				args: []string{
+					"-Xms32m", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+					"-Djava.net.preferIPv4Stack=true",
+					"-Dzookeeper.admin.enableServer=false",
+					"-Dzookeeper.jmx.log4j.disable=true",
+					"-cp", classpath,
+					"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg,
+				},
+				dir:  dir,
+				port: ports[i][0],
+				ping: func(ctx context.Context) error {
+					out, err := zkFourLetter(ctx, addr, "srvr")
+					if err == nil && !strings.Contains(out, "Mode: ") {
+						err = fmt.Errorf("srvr: %s", strings.TrimSpace(out))
+					}
+					return err
+				},
+			})
+		}
+		// Start the servers together: none serves before a quorum has
+		// elected a leader.
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i, s := range e.Servers {
+			wg.Go(func() { errs[i] = s.start() })
+		}
+		wg.Wait()
+		err := errors.Join(errs...)
+		if err != nil {
+			for _, s := range e.Servers {
+				s.Kill()
+			}
+		}
+		return err
+	})
+	return e
+}
