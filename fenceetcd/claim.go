@@ -2,6 +2,7 @@ package fenceetcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/delayq"
 	"github.com/fencing/fence/internal/kit/lossnote"
+	"github.com/fencing/fence/internal/kit/retry"
 )
 
 // claim is one granted lease: the holder's queue entry.
@@ -145,8 +147,29 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 // A resumed claim (slot < 0; see Store.Resume) has a name that the dead
 // process's session gave it, which this session does not own: its
 // Release compares the create revision.
+//
+// If etcd cannot answer (an election, no reachable member), or ctx ends
+// first, Release returns the error and the driver goes on releasing in
+// the background, every second, until it lands, finds the entry gone, or
+// the Store closes (retry.Until): the session's keepalive outlives the
+// outage, and with it the entry, which would keep the key held, by a
+// lease its holder released, for as long as the session lives. Until
+// then the entry's slot stays the claim's.
 func (c *claim) Release(ctx context.Context) error {
 	defer c.stopWatch()
+	err := c.release(ctx)
+	if err == nil || errors.Is(err, fence.ErrNotHeld) || ctx.Err() == nil && !passing(err) {
+		return err
+	}
+	c.d.wg.Go(func() {
+		retry.Until(c.d.ctx, func() error { return c.release(c.d.ctx) },
+			func(err error) bool { return !errors.Is(err, fence.ErrNotHeld) && passing(err) })
+	})
+	return fmt.Errorf("%w (releasing goes on in the background)", err)
+}
+
+// release makes one attempt to delete the entry (see Release).
+func (c *claim) release(ctx context.Context) error {
 	if c.slot < 0 || c.delay != "" {
 		return c.releaseChecked(ctx)
 	}

@@ -19,6 +19,10 @@ func markUnavailable(ctx context.Context, err error) error {
 	return unavail.MarkLive(ctx, err, unavailable)
 }
 
+// passing reports whether err, from any call, says etcd or the way to it
+// could not answer for now: unavailable, or a network error.
+func passing(err error) bool { return unavail.Network(err) || unavailable(err) }
+
 // unavailable reports whether err says etcd could not answer for now,
 // beyond the connection errors unavail.Network knows. The etcd errors are
 // those of go.etcd.io/etcd/api/v3/v3rpc/rpctypes (error.go): the client

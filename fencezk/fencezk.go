@@ -81,6 +81,7 @@ import (
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/kit/fifo"
 	"github.com/fencing/fence/internal/kit/keyenc"
+	"github.com/fencing/fence/internal/kit/retry"
 	"github.com/fencing/fence/internal/kit/rwpref"
 )
 
@@ -578,15 +579,7 @@ func (d *Store) abandonPrefix(parent, prefix string) {
 // second while ZooKeeper cannot answer, until it succeeds or fails
 // otherwise (zk.ErrNoNode: gone already, with its session maybe) or the
 // driver is closed.
-func (d *Store) retryGone(del func() error) {
-	for d.passing(del()) {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
+func (d *Store) retryGone(del func() error) { retry.Until(d.ctx, del, d.passing) }
 
 // await runs fn, a ZooKeeper call that takes no context, and returns its
 // error, or ctx's if ctx ends first. In that case fn still completes in

@@ -76,7 +76,7 @@ func waiter(ctx context.Context, t *testing.T, c Cluster) {
 	relErr := l.Release(ctx)
 	r := <-got
 	if r.err != nil {
-		t.Fatalf("Acquire waiting through the leader's loss: %v; want the key once a new leader is elected", r.err)
+		t.Fatalf("Acquire waiting through the leader's loss: %v; want the key once a new leader is elected (the holder's release: %v)", r.err, relErr)
 	}
 	t.Logf("next grant %v after the kill (the holder's release: %v)", r.at.Sub(killed).Round(time.Millisecond), relErr)
 	if r.l.Token() <= l.Token() {
@@ -121,6 +121,7 @@ func holder(ctx context.Context, t *testing.T, c Cluster) {
 		}
 		tctx, cancel := context.WithTimeout(ctx, c.TTL)
 		w, err = c.Waiter.TryAcquire(tctx, "hold")
+		timedOut := tctx.Err() != nil // the try's own deadline, in whatever words the store's client ends it
 		cancel()
 		switch {
 		case err == nil:
@@ -141,7 +142,7 @@ func holder(ctx context.Context, t *testing.T, c Cluster) {
 			_ = w.Release(ctx)
 		case errors.Is(err, fence.ErrHeld):
 			time.Sleep(50 * time.Millisecond)
-		case errors.Is(err, fence.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, fence.ErrUnavailable), timedOut:
 			unavailable++
 			time.Sleep(50 * time.Millisecond)
 		default:

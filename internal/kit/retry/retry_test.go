@@ -1,0 +1,54 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var errPassing = errors.New("could not answer")
+
+func passing(err error) bool { return errors.Is(err, errPassing) }
+
+// TestUntil: attempts go on every Interval while the error is passing,
+// and stop at success, at another error, and when ctx ends.
+func TestUntil(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		results  []error // op's results in turn; then passing forever
+		cancelAt time.Duration
+		want     int // attempts
+	}{
+		{"succeeds at once", []error{nil}, 0, 1},
+		{"succeeds after the outage", []error{errPassing, errPassing, nil}, 0, 3},
+		{"gone already", []error{errPassing, errors.New("no such entry")}, 0, 2},
+		{"driver closed", nil, 2*Interval + Interval/2, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if c.cancelAt > 0 {
+					time.AfterFunc(c.cancelAt, cancel)
+				}
+				n := 0
+				start := time.Now()
+				Until(ctx, func() error {
+					if got, want := time.Since(start), time.Duration(n)*Interval; got != want {
+						t.Errorf("attempt %d at %v, want %v", n+1, got, want)
+					}
+					n++
+					if n <= len(c.results) {
+						return c.results[n-1]
+					}
+					return errPassing
+				}, passing)
+				if n != c.want {
+					t.Errorf("%d attempts, want %d", n, c.want)
+				}
+			})
+		})
+	}
+}
