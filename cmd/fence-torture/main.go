@@ -2,19 +2,22 @@
 // the fenced resource never takes a stale write.
 //
 // For each store and fault plan it starts worker processes (this program,
-// re-executed) that loop: acquire a key, make protected writes to a fenced
-// register with the lease's token, read it, release. Meanwhile it injects
-// the fault: SIGSTOP of a holder past its TTL, a network blackhole or delay
-// between a holder and the store (through a TCP fault proxy per worker),
-// SIGKILL of a holder, a kill and restart of the store's server (with its
-// data, or empty within the holder's validity), a wipe of the store's
-// own state behind fence's back, or a step of the store server's wall
-// clock. Every operation is recorded on the
-// machine's monotonic clock and the history checked with porcupine
-// against a fenced-register model, and directly (tokens only grow, no
-// stale write accepted, no late grant reported held).
+// re-executed) that loop: acquire a key (a lock, a semaphore slot, or a
+// side of a reader-writer lock: --kind), make protected writes to a fenced
+// register with the lease's token (a reader reads it instead), read it,
+// release. Meanwhile it injects the fault: SIGSTOP of a holder past its
+// TTL, a network blackhole or delay between a holder and the store
+// (through a TCP fault proxy per worker), SIGKILL of a holder, a kill and
+// restart of the store's server (with its data, or empty within the
+// holder's validity), a wipe of the store's own state behind fence's
+// back, or a step of the store server's wall clock. Every operation is
+// recorded on the machine's monotonic clock and the history checked with
+// porcupine against a fenced-register model, and directly (tokens only
+// grow, no stale write accepted, no late grant reported held, no more
+// holders at once than the kind admits beyond what the fault explains).
 //
 //	fence-torture [--store file,mem,redis,...|URL] [--fault all|pause,...]
+//	              [--kind lock|semaphore|rw,...] [--limit 2]
 //	              [--workers 3] [--writes 3] [--ttl 1s] [--duration 6s]
 //	              [--no-guard] [--html DIR] [--json]
 //
@@ -30,6 +33,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -56,6 +60,7 @@ func main() {
 type options struct {
 	stores  []string
 	faults  []torture.Fault
+	kinds   []torture.LeaseKind
 	cfg     torture.Config
 	json    bool
 	verbose bool
@@ -93,7 +98,9 @@ Flags:
 	}
 	stores := fs.String("store", "file,mem", "stores to torture (comma-separated names or URLs)")
 	faults := fs.String("fault", "all", "fault plans (comma-separated), or all")
-	fs.IntVar(&o.cfg.Workers, "workers", 3, "worker processes")
+	kinds := fs.String("kind", "lock", "what the workers acquire (comma-separated): lock, semaphore (of --limit slots) or rw (each lease a reader or a writer at random)")
+	fs.IntVar(&o.cfg.Limit, "limit", 2, "a semaphore's slots")
+	fs.IntVar(&o.cfg.Workers, "workers", 0, "worker processes (default 3, for a semaphore --limit + 2)")
 	fs.IntVar(&o.cfg.Writes, "writes", 3, "protected writes per lease")
 	fs.IntVar(&o.cfg.Keys, "keys", 1, "keys the workers contend for")
 	fs.DurationVar(&o.cfg.TTL, "ttl", time.Second, "lease TTL; faults last about twice as long")
@@ -130,19 +137,39 @@ Flags:
 			o.faults = append(o.faults, f)
 		}
 	}
+	for _, s := range strings.Split(*kinds, ",") {
+		k, err := torture.ParseLeaseKind(strings.TrimSpace(s))
+		if err != nil {
+			return nil, err
+		}
+		o.kinds = append(o.kinds, k)
+	}
 	switch {
 	case o.cfg.Register != torture.RegisterMemory && o.cfg.Register != torture.RegisterPostgres && o.cfg.Register != torture.RegisterPostgresGuardOnly:
 		return nil, fmt.Errorf("--register %q: want postgres, postgres-guard-only or memory", o.cfg.Register)
 	case len(o.stores) == 0:
 		return nil, errors.New("no store given")
-	case o.cfg.Workers < 2:
+	case o.cfg.Workers != 0 && o.cfg.Workers < 2:
 		return nil, errors.New("--workers must be at least 2: one holder and one contender")
+	case o.cfg.Limit < 1:
+		return nil, errors.New("--limit must be at least 1")
+	case slices.Contains(o.kinds, torture.KindSemaphore) && o.cfg.Workers != 0 && o.cfg.Workers <= o.cfg.Limit:
+		return nil, fmt.Errorf("--workers must be more than --limit (%d): with a slot for every worker, nobody contends", o.cfg.Limit)
 	case o.cfg.TTL < 50*time.Millisecond:
 		return nil, errors.New("--ttl must be at least 50ms")
 	case o.cfg.Duration < 3*o.cfg.TTL:
 		return nil, fmt.Errorf("--duration must be at least three TTLs (%v) for a fault to fit", 3*o.cfg.TTL)
 	}
 	return o, nil
+}
+
+// planName names a store's plans of kind k in messages: the store alone
+// for locks, as before there were other kinds.
+func planName(store string, k torture.LeaseKind) string {
+	if k == torture.KindLock {
+		return store
+	}
+	return store + " " + string(k)
 }
 
 func faultNames() []string {
@@ -192,21 +219,23 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			failed = true
 			continue
 		}
-		for _, f := range o.faults {
-			if ctx.Err() != nil {
-				break
+		for _, k := range o.kinds {
+			for _, f := range o.faults {
+				if ctx.Err() != nil {
+					break
+				}
+				cfg := o.cfg
+				cfg.Fault, cfg.Kind = f, k
+				fmt.Fprintf(stderr, "fence-torture: %s, fault %s, guard %v ...\n", planName(s.Name, k), f, !cfg.NoGuard)
+				r, err := torture.Run(ctx, s, cfg)
+				if err != nil {
+					fmt.Fprintf(stderr, "fence-torture: %s %s: %v\n", planName(s.Name, k), f, err)
+					failed = true
+					continue
+				}
+				results = append(results, r)
+				failed = failed || !r.OK()
 			}
-			cfg := o.cfg
-			cfg.Fault = f
-			fmt.Fprintf(stderr, "fence-torture: %s, fault %s, guard %v ...\n", s.Name, f, !cfg.NoGuard)
-			r, err := torture.Run(ctx, s, cfg)
-			if err != nil {
-				fmt.Fprintf(stderr, "fence-torture: %s %s: %v\n", s.Name, f, err)
-				failed = true
-				continue
-			}
-			results = append(results, r)
-			failed = failed || !r.OK()
 		}
 		s.Close()
 	}
@@ -221,7 +250,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if r.OK() {
 				continue
 			}
-			fmt.Fprintf(stdout, "\n%s, fault %s, guard %v:\n", r.Store, r.Fault, r.Guard)
+			fmt.Fprintf(stdout, "\n%s, fault %s, guard %v:\n", planName(r.Store, r.Kind), r.Fault, r.Guard)
 			for _, v := range r.Violations {
 				fmt.Fprintf(stdout, "  - %s\n", v)
 			}

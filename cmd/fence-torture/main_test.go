@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -51,6 +52,21 @@ func TestPauseNoGuardFails(t *testing.T) {
 	}
 }
 
+// TestKinds: --kind runs the semaphore and reader-writer plans, and the
+// summary says which row is which.
+func TestKinds(t *testing.T) {
+	code, out, errOut := runTool(t, "--store", "mem", "--fault", "kill", "--kind", "semaphore,rw", "--ttl", "500ms", "--duration", "3s",
+		"--register", "memory", "--logs", t.TempDir(), "--html", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{`mem\s+kill\s+yes\s+semaphore\(2\)\s`, `mem\s+kill\s+yes\s+rw\s`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("summary lacks a row matching %s:\n%s", want, out)
+		}
+	}
+}
+
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"--fault", "nope"},
@@ -58,6 +74,9 @@ func TestUsage(t *testing.T) {
 		{"--ttl", "1s", "--duration", "2s"},
 		{"extra"},
 		{"--register", "disk"},
+		{"--kind", "mutex"},
+		{"--kind", "semaphore", "--limit", "0"},
+		{"--kind", "lock,semaphore", "--limit", "3", "--workers", "3"},
 	} {
 		if code, _, errOut := runTool(t, args...); code != exitUsage || errOut == "" {
 			t.Errorf("%q: exit %d, stderr %q; want %d and a message", args, code, errOut, exitUsage)

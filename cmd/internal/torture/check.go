@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/fencing/fence"
 )
 
 // The fenced-register model: the specification the register must meet,
@@ -101,12 +103,16 @@ type Result struct {
 	Fault Fault
 	Guard bool
 	TTL   time.Duration // the leases' TTL
+	// Kind is what the workers acquired ("" counts as KindLock), and
+	// Limit a semaphore's number of slots.
+	Kind  LeaseKind
+	Limit int
 	// NA, if set, says why the fault does not apply to the store; the plan
 	// did not run.
 	NA string
 
 	Acquisitions  int // successful acquisitions
-	Overlaps      int // pairs of leases on a key that two workers believed held at the same moment
+	Overlaps      int // pairs of leases on a key that two workers believed held at the same moment (a reader-writer lock: pairs with a writer; a semaphore: episodes of more holders than its limit)
 	StaleRefused  int // writes the register refused for a stale token
 	StaleAccepted int // writes the register accepted although a higher token had been accepted
 	Losses        int // leases whose holder detected the loss (ErrLost)
@@ -139,7 +145,8 @@ type Result struct {
 }
 
 // overlapBound is, per fault, how many overlapping leases (two workers
-// believing they hold one key at once) a plan may show. A holder's
+// believing they hold one key at once; a writer beside anyone else; more
+// workers than a semaphore's limit) a plan may show. A holder's
 // validity is measured from before its request was sent, minus a drift
 // margin, so it ends before the store can free the key: a holder that is
 // cut off (blackhole), slowed (delay), killed, or whose store is down for
@@ -254,6 +261,7 @@ func (r *Result) OK() bool {
 type leaseSpan struct {
 	W          int
 	Key        string
+	Kind       string // Event.Kind: "" for a lock, "semaphore", "read", "write"
 	Token      int64
 	Call, From int64 // acquire call and return
 	To         int64
@@ -323,7 +331,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 			if !done || ret.Res != ResOK {
 				continue
 			}
-			s := leaseSpan{W: c.W, Key: c.Key, Token: ret.Token, Call: c.T, From: ret.T, To: end, Valid: ret.Valid}
+			s := leaseSpan{W: c.W, Key: c.Key, Kind: c.Kind, Token: ret.Token, Call: c.T, From: ret.T, To: end, Valid: ret.Valid}
 			lk := leaseKey{c.W, c.Key, ret.Token}
 			for _, t := range []int64{lost[lk], releasing[lk], dead[c.W]} {
 				if t != 0 && t < s.To {
@@ -353,28 +361,40 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 	r.leases = acquires
 	r.Acquisitions = len(acquires)
 
-	// Overlaps: two workers believing they hold the same key at once. A
-	// belief ends when the worker's goroutine saw the loss, a moment
-	// after the lease's validity ended: overlaps no longer than
-	// overlapSlack are that lag, not a holder believing too long, and do
-	// not count against the fault's bound.
+	// Overlaps: two workers believing they hold the same key at once (of
+	// a reader-writer lock: a writer and anyone else). A belief ends when
+	// the worker's goroutine saw the loss, a moment after the lease's
+	// validity ended: overlaps no longer than overlapSlack are that lag,
+	// not a holder believing too long, and do not count against the
+	// fault's bound.
 	long := 0
 	slack := int64(overlapSlack(r.TTL))
 	episodes := lossEpisodes(events)
-	for i, a := range acquires {
-		for _, b := range acquires[i+1:] { // a.From <= b.From
-			if a.Key == b.Key && a.W != b.W && b.From < a.To && a.From < b.To {
-				r.Overlaps++
-				if min(a.To, b.To)-max(a.From, b.From) > slack && !crashOverlap(a, b, episodes, r.TTL) {
-					long++
+	if r.Kind == KindSemaphore {
+		r.Overlaps, long = semaphoreOverlaps(acquires, max(r.Limit, 1), episodes, r.TTL)
+	} else {
+		for i, a := range acquires {
+			for _, b := range acquires[i+1:] { // a.From <= b.From
+				if a.Key == b.Key && a.W != b.W && b.From < a.To && a.From < b.To && (exclusive(a.Kind) || exclusive(b.Kind)) {
+					r.Overlaps++
+					if min(a.To, b.To)-max(a.From, b.From) > slack && !crashOverlap(a, b, episodes, r.TTL) {
+						long++
+					}
 				}
 			}
 		}
 	}
 	if bound, ok := overlapBound[r.Fault]; ok && long > bound {
+		what := "a holder believed it held a key another worker had been granted"
+		switch r.Kind {
+		case KindSemaphore:
+			what = fmt.Sprintf("more than %d workers believed they held a slot of the semaphore at once", max(r.Limit, 1))
+		case KindRW:
+			what = "a writer believed it held the key while another reader or writer did"
+		}
 		r.Violations = append(r.Violations, fmt.Sprintf(
-			"%d overlapping leases under fault %s (longer than %v), where at most %d may be: a holder believed it held a key another worker had been granted",
-			long, r.Fault, time.Duration(slack), bound))
+			"%d overlapping leases under fault %s (longer than %v), where at most %d may be: %s",
+			long, r.Fault, time.Duration(slack), bound, what))
 	}
 
 	r.Violations = append(r.Violations, checkTokens(acquires)...)
@@ -408,8 +428,14 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 
 // checkTokens: tokens strictly increase per key in acquisition order (an
 // acquisition that returned before another began has the lower token);
-// no token is granted twice; and no acquisition is reported held after one
-// with a higher token was (its reply came after its lease had expired).
+// no token is granted twice; and no exclusive acquisition is reported held
+// after one with a higher token was, nor a reader after a writer with a
+// higher token (its reply came after its lease had expired: the store
+// grants the higher one only once the lower one has ended). DESIGN.md
+// section 3 makes the first two promises for every acquisition of a key,
+// semaphore slots and both sides of a reader-writer lock included (the
+// conformance suite checks them so); semaphore slots and readers share the
+// key, so one of them may well be reported after another's higher token.
 func checkTokens(acquires []leaseSpan) []string {
 	var v []string
 	byKey := map[string][]leaseSpan{}
@@ -443,19 +469,95 @@ func checkTokens(acquires []leaseSpan) []string {
 				v = append(v, fmt.Sprintf("tokens for %q went back: worker %d got %d after worker %d had got %d", key, b.W, b.Token, hi.W, hi.Token))
 			}
 		}
-		var top leaseSpan
+		var top, topExclusive leaseSpan
 		for _, a := range as { // by return time
-			if a.Token < top.Token {
+			late := topExclusive
+			if exclusive(a.Kind) {
+				late = top
+			}
+			if a.Token < late.Token {
 				v = append(v, fmt.Sprintf("worker %d was reported holding %q with token %d after worker %d had been granted token %d: a late reply reported as held",
-					a.W, key, a.Token, top.W, top.Token))
+					a.W, key, a.Token, late.W, late.Token))
 			}
 			if a.Token > top.Token {
 				top = a
+			}
+			if exclusive(a.Kind) && a.Token > topExclusive.Token {
+				topExclusive = a
 			}
 		}
 	}
 	slices.Sort(v)
 	return v
+}
+
+// exclusive reports whether a lease of kind (Event.Kind) excludes every
+// other holder of its key: a lock's or a writer's, not a reader's or a
+// semaphore slot's.
+func exclusive(kind string) bool {
+	return kind == "" || kind == fence.KindWrite.String()
+}
+
+// semaphoreOverlaps counts the episodes in which more workers than limit
+// believed they held a slot of one semaphore at once (overlaps), and how
+// many of them count against the fault's bound (long): those longer than
+// overlapSlack once every lease a loss of the store's state explains is
+// taken to end where that loss's episode began. That is crashOverlap's
+// rule for any number of holders: the store forgot the leases granted
+// before the loss, and may grant their slots again after the episode
+// began, while their holders believe in them for up to a TTL more.
+func semaphoreOverlaps(acquires []leaseSpan, limit int, episodes []lossEpisode, ttl time.Duration) (overlaps, long int) {
+	slack := int64(overlapSlack(ttl))
+	byKey := map[string][]leaseSpan{}
+	for _, a := range acquires {
+		byKey[a.Key] = append(byKey[a.Key], a)
+	}
+	for _, spans := range byKey {
+		overlaps += len(crowded(spans, limit))
+		forgotten := slices.Clone(spans)
+		for i, s := range spans {
+			for _, ep := range episodes {
+				if s.From < ep.Loss && s.To <= ep.Loss+int64(ttl)+slack {
+					forgotten[i].To = min(forgotten[i].To, max(s.From, ep.Start))
+				}
+			}
+		}
+		for _, c := range crowded(forgotten, limit) {
+			if c[1]-c[0] > slack {
+				long++
+			}
+		}
+	}
+	return overlaps, long
+}
+
+// crowded returns the intervals, [from, to), in which more than limit of
+// spans were believed held at once.
+func crowded(spans []leaseSpan, limit int) [][2]int64 {
+	type edge struct {
+		t int64
+		d int // +1 a belief begins, -1 one ends
+	}
+	edges := make([]edge, 0, 2*len(spans))
+	for _, s := range spans {
+		if s.From < s.To {
+			edges = append(edges, edge{s.From, 1}, edge{s.To, -1})
+		}
+	}
+	// Ends first: a belief that ends as another begins does not overlap it.
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.d, b.d)) })
+	var out [][2]int64
+	n := 0
+	for _, e := range edges {
+		n += e.d
+		switch {
+		case e.d > 0 && n == limit+1:
+			out = append(out, [2]int64{e.t, 0})
+		case e.d < 0 && n == limit:
+			out[len(out)-1][1] = e.t
+		}
+	}
+	return out
 }
 
 // checkClientWrites: as the writers saw it, no write was accepted with a

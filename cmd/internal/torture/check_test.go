@@ -273,3 +273,158 @@ func TestNextGrant(t *testing.T) {
 		}
 	}
 }
+
+// acquireKind is acquire for a semaphore slot or a side of a reader-writer
+// lock (Event.Kind).
+func (h *history) acquireKind(w int, key, kind string, call, ret, tok int64) {
+	h.acquire(w, key, call, ret, tok)
+	h.events[len(h.events)-2].Kind = kind
+	h.events[len(h.events)-1].Kind = kind
+}
+
+// crowd is three workers on a semaphore of limit 2: A and B hold from 1
+// and 2 ms; C is granted a third slot at 10 ms, and A's release call at
+// 18 ms ends the 8 ms in which three believed they held one.
+func crowd() *history {
+	var h history
+	h.acquireKind(0, "k", "semaphore", 0, 1, 1)
+	h.acquireKind(1, "k", "semaphore", 1, 2, 2)
+	h.acquireKind(2, "k", "semaphore", 3, 10, 3)
+	h.write(2, "k", 11, 12, 3, "c", ResOK)
+	h.release(0, "k", 18, 1)
+	h.release(1, "k", 20, 2)
+	h.release(2, "k", 22, 3)
+	return &h
+}
+
+// TestSemaphoreOverlapBound: more workers than the limit believing they
+// hold a slot at once is an overlap, bounded per fault as two holders of
+// a lock are; as many as the limit is not.
+func TestSemaphoreOverlapBound(t *testing.T) {
+	applied := []Applied{{Key: "k", Token: 3, Accepted: true}}
+	for _, f := range Faults {
+		r := &Result{Fault: f, Kind: KindSemaphore, Limit: 2}
+		analyze(r, crowd().events, applied, 1e6*1e6, 10*time.Second)
+		if r.Overlaps != 1 {
+			t.Fatalf("%s: %d overlaps, want 1", f, r.Overlaps)
+		}
+		flagged := strings.Contains(strings.Join(r.Violations, "\n"), "1 overlapping leases under fault "+string(f))
+		if want := f != FaultPause && f != FaultClockJump; flagged != want || r.OK() == want {
+			t.Errorf("fault %s with three holders of two slots: flagged %v, OK %v; want flagged %v (violations %q)", f, flagged, r.OK(), want, r.Violations)
+		}
+		// The same history is within a limit of 3; and a lock-sized
+		// limit of 1 sees one longer episode, from B's grant.
+		for limit, want := range map[int]int{3: 0, 1: 1} {
+			r := &Result{Fault: f, Kind: KindSemaphore, Limit: limit}
+			analyze(r, crowd().events, applied, 1e6*1e6, 10*time.Second)
+			if r.Overlaps != want {
+				t.Errorf("%s, limit %d: %d overlaps, want %d (violations %q)", f, limit, r.Overlaps, want, r.Violations)
+			}
+		}
+	}
+	// Past the slack (TTL/10), not within it.
+	for ttl, want := range map[time.Duration]bool{80 * time.Millisecond: false, 70 * time.Millisecond: true} {
+		r := &Result{Fault: FaultKill, Kind: KindSemaphore, Limit: 2, TTL: ttl}
+		analyze(r, crowd().events, applied, 1e6*1e6, 10*time.Second)
+		if flagged := !r.OK(); flagged != want {
+			t.Errorf("three holders for 8ms with TTL %v (slack %v): flagged %v, want %v (%q)", ttl, overlapSlack(ttl), flagged, want, r.Violations)
+		}
+	}
+	// A loss of the store's state at 5 ms explains C's slot while A
+	// believes within a TTL of it, as crashOverlap explains two holders of
+	// a lock.
+	for ttl, want := range map[time.Duration]bool{20 * time.Millisecond: false, 10 * time.Millisecond: true} {
+		events := append(crowd().events, Event{W: -1, Op: OpFault, T: 5e6, Loss: true}, Event{W: -1, Op: OpFault, T: 9e6, End: true})
+		r := &Result{Fault: FaultWipe, Kind: KindSemaphore, Limit: 2, TTL: ttl}
+		analyze(r, events, applied, 1e6*1e6, 10*time.Second)
+		if flagged := !r.OK(); flagged != want || r.Overlaps != 1 {
+			t.Errorf("wipe at 5ms, TTL %v: %d overlaps, flagged %v, want flagged %v (%q)", ttl, r.Overlaps, flagged, want, r.Violations)
+		}
+	}
+}
+
+// TestRWOverlapBound: readers beside readers are no overlap; a writer
+// beside a reader or another writer is, bounded per fault.
+func TestRWOverlapBound(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"read", "read", 0},
+		{"read", "write", 1},
+		{"write", "read", 1},
+		{"write", "write", 1},
+	} {
+		for _, f := range Faults {
+			var h history
+			h.acquireKind(0, "k", c.a, 0, 1, 1)
+			h.acquireKind(1, "k", c.b, 1, 5, 2)
+			h.op(1, OpRead, "k", 6, 7, 0, "", ResOK)
+			h.release(0, "k", 20, 1)
+			h.release(1, "k", 22, 2)
+			r := &Result{Fault: f, Kind: KindRW}
+			analyze(r, h.events, nil, 1e6*1e6, 10*time.Second)
+			if r.Overlaps != c.want {
+				t.Fatalf("%s beside %s under %s: %d overlaps, want %d", c.b, c.a, f, r.Overlaps, c.want)
+			}
+			flagged := strings.Contains(strings.Join(r.Violations, "\n"), "a writer believed it held the key")
+			if want := c.want > 0 && f != FaultPause && f != FaultClockJump; flagged != want || r.OK() == want {
+				t.Errorf("%s beside %s under %s: flagged %v, OK %v; want flagged %v (%q)", c.b, c.a, f, flagged, r.OK(), want, r.Violations)
+			}
+		}
+	}
+}
+
+// TestAnalyzeTokensKinds: semaphore slots and both sides of a
+// reader-writer lock keep DESIGN.md's token promises (in real-time order,
+// never twice); a late reply is one only where the kinds exclude each
+// other.
+func TestAnalyzeTokensKinds(t *testing.T) {
+	for name, tc := range map[string]struct {
+		build func(h *history)
+		want  string // "" for clean
+	}{
+		"semaphore slot reported after a higher one": {func(h *history) {
+			h.acquireKind(0, "k", "semaphore", 0, 9, 5)
+			h.acquireKind(1, "k", "semaphore", 1, 5, 6)
+		}, ""},
+		"reader reported after a higher reader": {func(h *history) {
+			h.acquireKind(0, "k", "read", 0, 9, 5)
+			h.acquireKind(1, "k", "read", 1, 5, 6)
+		}, ""},
+		"reader reported after a higher writer": {func(h *history) {
+			h.acquireKind(0, "k", "read", 0, 9, 5)
+			h.acquireKind(1, "k", "write", 1, 5, 6)
+		}, "late reply reported as held"},
+		"writer reported after a higher reader": {func(h *history) {
+			h.acquireKind(0, "k", "write", 0, 9, 5)
+			h.acquireKind(1, "k", "read", 1, 5, 6)
+		}, "late reply reported as held"},
+		"semaphore tokens went back": {func(h *history) {
+			h.acquireKind(0, "k", "semaphore", 0, 1, 5)
+			h.acquireKind(1, "k", "semaphore", 2, 3, 4)
+		}, "tokens for \"k\" went back"},
+		"semaphore token granted twice": {func(h *history) {
+			h.acquireKind(0, "k", "semaphore", 0, 2, 5)
+			h.acquireKind(1, "k", "semaphore", 1, 3, 5)
+		}, "granted twice"},
+		"reader's token below an earlier writer's": {func(h *history) {
+			h.acquireKind(0, "k", "write", 0, 1, 5)
+			h.release(0, "k", 2, 5)
+			h.acquireKind(1, "k", "read", 3, 4, 4)
+		}, "tokens for \"k\" went back"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var h history
+			tc.build(&h)
+			r := check(&h, nil)
+			all := strings.Join(r.Violations, "\n")
+			if tc.want == "" && !r.OK() {
+				t.Errorf("violations %q; want none", r.Violations)
+			}
+			if tc.want != "" && (r.OK() || !strings.Contains(all, tc.want)) {
+				t.Errorf("violations %q; want one with %q", r.Violations, tc.want)
+			}
+		})
+	}
+}

@@ -53,6 +53,7 @@ type Event struct {
 	ID    int64  `json:"id,omitempty"` // operation id, unique within the worker
 	T     int64  `json:"t"`            // Now() when it happened
 	Key   string `json:"key,omitempty"`
+	Kind  string `json:"kind,omitempty"` // an acquire's fence.Kind ("semaphore", "read", "write"); empty for a lock
 	Token int64  `json:"tok,omitempty"`
 	Val   string `json:"val,omitempty"`
 	Res   string `json:"res,omitempty"`

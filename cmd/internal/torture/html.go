@@ -2,6 +2,7 @@ package torture
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -16,7 +17,7 @@ func writeHTML(r *Result, events []Event, path string) error {
 			ClientId:        l.W,
 			Start:           l.From,
 			End:             l.To,
-			Description:     fmt.Sprintf("lease tok %d", l.Token),
+			Description:     strings.TrimSpace(fmt.Sprintf("%s lease tok %d", l.Kind, l.Token)),
 			Details:         fmt.Sprintf("worker %d believed it held %q with token %d", l.W, l.Key, l.Token),
 			BackgroundColor: "#e8f0ff",
 		})

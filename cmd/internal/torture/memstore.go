@@ -42,9 +42,21 @@ type memServer struct {
 	// a deliberately broken store, for the test that shows the checks
 	// catch tokens that go back.
 	forgetTokens bool
+	// semaphoreOneMore grants every semaphore one slot more than asked,
+	// and writerShares grants a writer the read side, beside readers and
+	// other writers: deliberately broken stores, for the tests that show
+	// the semaphore and reader-writer plans catch too many holders.
+	semaphoreOneMore, writerShares bool
 
 	mu     sync.Mutex
-	claims map[string]fence.Claim // by owner
+	claims map[string]memClaimed // by owner
+}
+
+// memClaimed is a claim the server granted, with its kind: a wipe deletes
+// locks through fencemem, and other kinds through their claims.
+type memClaimed struct {
+	fence.Claim
+	kind fence.Kind
 }
 
 type memRequest struct {
@@ -52,6 +64,8 @@ type memRequest struct {
 	Owner string            `json:"owner"`
 	TTL   time.Duration     `json:"ttl"`
 	Meta  map[string]string `json:"meta,omitempty"`
+	Kind  fence.Kind        `json:"kind,omitempty"`
+	Limit int               `json:"limit,omitempty"`
 }
 
 type memReply struct {
@@ -66,7 +80,7 @@ func newMemServer() (*memServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &memServer{ln: ln, claims: map[string]fence.Claim{}}
+	s := &memServer{ln: ln, claims: map[string]memClaimed{}}
 	s.store.Store(fencemem.New())
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /acquire", s.handle(s.acquire))
@@ -101,7 +115,14 @@ func (s *memServer) handle(op func(context.Context, memRequest) (int, memReply))
 }
 
 func (s *memServer) acquire(ctx context.Context, req memRequest) (int, memReply) {
-	c, err := s.store.Load().TryAcquire(ctx, fence.Request{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Meta: req.Meta})
+	r := fence.Request{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Meta: req.Meta, Kind: req.Kind, Limit: req.Limit}
+	if s.semaphoreOneMore && r.Kind == fence.KindSemaphore {
+		r.Limit++
+	}
+	if s.writerShares && r.Kind == fence.KindWrite {
+		r.Kind = fence.KindRead
+	}
+	c, err := s.store.Load().TryAcquire(ctx, r)
 	var held *fence.HeldError
 	switch {
 	case errors.As(err, &held):
@@ -114,7 +135,7 @@ func (s *memServer) acquire(ctx context.Context, req memRequest) (int, memReply)
 		return http.StatusInternalServerError, memReply{Error: err.Error()}
 	}
 	s.mu.Lock()
-	s.claims[req.Owner] = c
+	s.claims[req.Owner] = memClaimed{c, r.Kind}
 	s.mu.Unlock()
 	return http.StatusOK, memReply{Token: c.Token()}
 }
@@ -122,7 +143,10 @@ func (s *memServer) acquire(ctx context.Context, req memRequest) (int, memReply)
 func (s *memServer) claim(owner string) fence.Claim {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.claims[owner]
+	if c, ok := s.claims[owner]; ok {
+		return c.Claim
+	}
+	return nil
 }
 
 func (s *memServer) extend(ctx context.Context, req memRequest) (int, memReply) {
@@ -170,9 +194,12 @@ func (s *memServer) watch(ctx context.Context, req memRequest) (int, memReply) {
 	}
 }
 
-// wipe removes every lease behind its holder's back (fencemem's Delete):
-// the tokens stay, as a store that seeds them from its clock keeps them
-// growing. With forgetTokens, the store starts over instead.
+// wipe removes every lease behind its holder's back (fencemem's Delete for
+// locks; semaphore slots and reader-writer leases, which Delete does not
+// reach, through the server's own claims, forgotten at once so that their
+// holders' renewals are refused): the tokens stay, as a store that seeds
+// them from its clock keeps them growing. With forgetTokens, the store
+// starts over instead.
 func (s *memServer) wipe(ctx context.Context) (string, error) {
 	if s.forgetTokens {
 		s.store.Store(fencemem.New())
@@ -189,7 +216,22 @@ func (s *memServer) wipe(ctx context.Context) (string, error) {
 	for _, h := range hs {
 		st.Delete(h.Key)
 	}
-	return fmt.Sprintf("deleted the %d leases", len(hs)), nil
+	n := len(hs)
+	s.mu.Lock()
+	var others []fence.Claim
+	for owner, c := range s.claims {
+		if c.kind != fence.KindLock {
+			others = append(others, c.Claim)
+			delete(s.claims, owner)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range others {
+		if c.Release(ctx) == nil {
+			n++
+		}
+	}
+	return fmt.Sprintf("deleted the %d leases", n), nil
 }
 
 func notHeldStatus(err error) int {
@@ -239,8 +281,11 @@ func (c *memClient) call(ctx context.Context, op string, req memRequest) (int, m
 	return resp.StatusCode, r, nil
 }
 
+// Supports implements fence.KindSupporter, as fencemem does.
+func (c *memClient) Supports(k fence.Kind) bool { return k <= fence.KindWrite }
+
 func (c *memClient) TryAcquire(ctx context.Context, req fence.Request) (fence.Claim, error) {
-	code, r, err := c.call(ctx, "acquire", memRequest{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Meta: req.Meta})
+	code, r, err := c.call(ctx, "acquire", memRequest{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Meta: req.Meta, Kind: req.Kind, Limit: req.Limit})
 	switch {
 	case err != nil:
 		return nil, err

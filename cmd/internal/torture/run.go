@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencing/fence"
 	"github.com/fencing/fence/internal/testkit/faultproxy"
 )
 
@@ -96,6 +97,45 @@ func faultNames() string {
 	return strings.Join(names, ", ")
 }
 
+// LeaseKind is what a plan's workers acquire.
+type LeaseKind string
+
+// The lease kinds.
+const (
+	// KindLock: Client.Acquire, one holder at a time.
+	KindLock LeaseKind = "lock"
+	// KindSemaphore: a slot of Client.Semaphore(key, Config.Limit); more
+	// workers than slots contend.
+	KindSemaphore LeaseKind = "semaphore"
+	// KindRW: Client.RWMutex, each lease the read or the write side at
+	// random. Readers read the register where writers write it.
+	KindRW LeaseKind = "rw"
+)
+
+// LeaseKinds lists every lease kind.
+var LeaseKinds = []LeaseKind{KindLock, KindSemaphore, KindRW}
+
+// ParseLeaseKind returns the lease kind named s.
+func ParseLeaseKind(s string) (LeaseKind, error) {
+	for _, k := range LeaseKinds {
+		if string(k) == s {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("unknown lease kind %q (known: lock, semaphore, rw)", s)
+}
+
+// fenceKinds are the fence kinds a plan of k acquires.
+func (k LeaseKind) fenceKinds() []fence.Kind {
+	switch k {
+	case KindSemaphore:
+		return []fence.Kind{fence.KindSemaphore}
+	case KindRW:
+		return []fence.Kind{fence.KindRead, fence.KindWrite}
+	}
+	return []fence.Kind{fence.KindLock}
+}
+
 // Config is one torture plan.
 type Config struct {
 	Fault    Fault
@@ -107,6 +147,11 @@ type Config struct {
 	Work     time.Duration // the slow step before each write; default 30ms
 	NoGuard  bool          // writes bypass the token check
 	Register string        // RegisterMemory (default) or RegisterPostgres
+	// Kind is what the workers acquire; default KindLock.
+	Kind LeaseKind
+	// Limit is a semaphore's number of slots; default 2. The workers
+	// default to two more than the limit, so that some always wait.
+	Limit int
 	// RegisterDSN is the PostgreSQL the postgres register lives in.
 	RegisterDSN string
 	// Command returns the command that runs a worker; its process must
@@ -153,8 +198,17 @@ func (c *Config) defaults() {
 	if c.Fault == "" {
 		c.Fault = FaultNone
 	}
+	if c.Kind == "" {
+		c.Kind = KindLock
+	}
+	if c.Limit <= 0 {
+		c.Limit = 2
+	}
 	if c.Workers <= 0 {
 		c.Workers = 3
+		if c.Kind == KindSemaphore {
+			c.Workers = c.Limit + 2
+		}
 	}
 	if c.Writes <= 0 {
 		c.Writes = 3
@@ -207,8 +261,18 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 	if min := store.holdTime(cfg.TTL) + 3*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
 		cfg.Duration = min
 	}
-	r := &Result{Store: store.Name, Fault: cfg.Fault, Guard: !cfg.NoGuard, TTL: cfg.TTL}
-	if why := store.notApplicable(cfg.Fault); why != "" {
+	r := &Result{Store: store.Name, Fault: cfg.Fault, Kind: cfg.Kind, Guard: !cfg.NoGuard, TTL: cfg.TTL}
+	if cfg.Kind == KindSemaphore {
+		r.Limit = cfg.Limit
+	}
+	why := store.notApplicable(cfg.Fault)
+	if why == "" {
+		var err error
+		if why, err = store.supports(ctx, cfg.Kind); err != nil {
+			return nil, err
+		}
+	}
+	if why != "" {
 		r.NA = why
 		return r, nil
 	}
@@ -352,11 +416,11 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	p.mu.Lock()
 	events := append([]Event(nil), p.events...)
 	p.mu.Unlock()
-	writeHistory(filepath.Join(cfg.LogDir, fmt.Sprintf("%s-%s-%s-history.jsonl", safeName(r.Store), r.Fault, guardName(r.Guard))), events, applied)
+	writeHistory(filepath.Join(cfg.LogDir, fmt.Sprintf("%s-%s-history.jsonl", p.name(), guardName(r.Guard))), events, applied)
 	analyze(r, events, applied, end, cfg.CheckTimeout)
 	if r.Linearizable != "Ok" && cfg.HTMLDir != "" {
 		_ = os.MkdirAll(cfg.HTMLDir, 0o755)
-		path := filepath.Join(cfg.HTMLDir, fmt.Sprintf("torture-%s-%s-%s.html", safeName(r.Store), r.Fault, guardName(r.Guard)))
+		path := filepath.Join(cfg.HTMLDir, fmt.Sprintf("torture-%s-%s.html", p.name(), guardName(r.Guard)))
 		if err := writeHTML(r, events, path); err != nil {
 			r.Violations = append(r.Violations, "writing the visualization: "+err.Error())
 		} else {
@@ -385,6 +449,15 @@ func writeHistory(path string, events []Event, applied []Applied) {
 		}{a})
 	}
 	_ = w.Flush()
+}
+
+// name names the plan's files: the store and the fault, and the lease
+// kind but for locks (whose files keep the names they always had).
+func (p *plan) name() string {
+	if p.cfg.Kind == KindLock {
+		return fmt.Sprintf("%s-%s", safeName(p.store.Name), p.cfg.Fault)
+	}
+	return fmt.Sprintf("%s-%s-%s", safeName(p.store.Name), p.cfg.Kind, p.cfg.Fault)
 }
 
 func guardName(g bool) string {
@@ -440,6 +513,8 @@ func (p *plan) spawn(s *slot) error {
 		Broken:   p.cfg.brokenGuard,
 		WriteFor: p.cfg.writeTimeout,
 		Keys:     p.keys,
+		Kind:     p.cfg.Kind,
+		Limit:    p.cfg.Limit,
 		TTL:      p.cfg.TTL,
 		Writes:   p.cfg.Writes,
 		Work:     p.cfg.Work,
@@ -449,7 +524,7 @@ func (p *plan) spawn(s *slot) error {
 	cmd := p.cfg.Command()
 	cmd.Env = append(os.Environ(), WorkerEnv+"="+string(js))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logf, err := os.Create(filepath.Join(p.cfg.LogDir, fmt.Sprintf("%s-%s-worker%d.log", safeName(p.store.Name), p.cfg.Fault, id)))
+	logf, err := os.Create(filepath.Join(p.cfg.LogDir, fmt.Sprintf("%s-worker%d.log", p.name(), id)))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,6 +66,45 @@ type Store struct {
 	// holder gone silent, for leases of ttl (when it rounds TTLs up or
 	// keeps sessions longer); nil means ttl.
 	hold func(ttl time.Duration) time.Duration
+
+	kindsMu sync.Mutex
+	// unsupported says, per lease kind asked about, why the store's
+	// driver cannot acquire it ("" if it can).
+	unsupported map[LeaseKind]string
+}
+
+// supports says why the store's driver cannot acquire what a plan of k
+// takes, or "" if it can. It asks the driver (fence.KindSupporter) once
+// per kind: a worker would only fail with ErrUnsupported.
+func (s *Store) supports(ctx context.Context, k LeaseKind) (string, error) {
+	if k == KindLock {
+		return "", nil
+	}
+	s.kindsMu.Lock()
+	defer s.kindsMu.Unlock()
+	if why, ok := s.unsupported[k]; ok {
+		return why, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	drv, closer, err := storeurl.Open(ctx, s.url(s.addrs, max(time.Second, s.minTTL)))
+	if err != nil {
+		return "", fmt.Errorf("asking the store what it supports: %w", err)
+	}
+	closer.Close()
+	why := ""
+	ks, _ := drv.(fence.KindSupporter)
+	for _, fk := range k.fenceKinds() {
+		if ks == nil || !ks.Supports(fk) {
+			why = fmt.Sprintf("the store's driver does not do %s leases", fk)
+			break
+		}
+	}
+	if s.unsupported == nil {
+		s.unsupported = map[LeaseKind]string{}
+	}
+	s.unsupported[k] = why
+	return why, nil
 }
 
 // holdTime is how long the store may keep a silent holder's lease.

@@ -7,22 +7,42 @@ import (
 	"time"
 )
 
-// Table formats results as the summary table.
+// Table formats results as the summary table. It has a kind column only
+// when a result is of another kind than locks.
 func Table(rs []*Result) string {
+	withKinds := false
+	for _, r := range rs {
+		withKinds = withKinds || (r.Kind != "" && r.Kind != KindLock)
+	}
+	kindCol := func(r *Result) string {
+		switch {
+		case !withKinds:
+			return ""
+		case r.Kind == KindSemaphore:
+			return fmt.Sprintf("semaphore(%d)\t", r.Limit)
+		case r.Kind == "":
+			return string(KindLock) + "\t"
+		}
+		return string(r.Kind) + "\t"
+	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "store\tfault\tguard\tacquisitions\toverlaps\tstale refused\tstale accepted\tlinearizable\tlosses detected\twrites\tunknown\tfaults\tacquire errors\tnext grant\t")
+	head := "store\tfault\tguard\t"
+	if withKinds {
+		head += "kind\t"
+	}
+	fmt.Fprintln(tw, head+"acquisitions\toverlaps\tstale refused\tstale accepted\tlinearizable\tlosses detected\twrites\tunknown\tfaults\tacquire errors\tnext grant\t")
 	for _, r := range rs {
 		g := "yes"
 		if !r.Guard {
 			g = "no"
 		}
 		if r.NA != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\tn/a\t\t\t\t\t\t\t\t\t\t\t\n", r.Store, r.Fault, g)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%sn/a\t\t\t\t\t\t\t\t\t\t\t\n", r.Store, r.Fault, g, kindCol(r))
 			continue
 		}
 		lin := map[string]string{"Ok": "yes", "Illegal": "NO", "Unknown": "unknown"}[string(r.Linearizable)]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Store, r.Fault, g,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Store, r.Fault, g, kindCol(r),
 			r.Acquisitions, r.Overlaps, r.StaleRefused, r.StaleAccepted, lin, r.Losses, r.Writes, r.Unknown, r.Faults, r.AcquireErrors, nextGrant(r.NextGrant))
 	}
 	tw.Flush()

@@ -413,3 +413,141 @@ func TestClockJumpBites(t *testing.T) {
 		}
 	}
 }
+
+// TestTortureKinds runs the semaphore and reader-writer plans, guarded,
+// and expects them clean: never more workers than the limit believing
+// they hold a slot, never a writer beside another holder (beyond each
+// fault's bound, as for locks), tokens in order, no stale write
+// accepted. Under the short schedule: every fault on the tool's memory
+// store and on lock files (kindStores), and a fault that loses the
+// store's state and one that moves its clock on the server stores that
+// do these kinds (kindServerStores, kindFaults); under the long one every
+// fault on every store.
+func TestTortureKinds(t *testing.T) {
+	t.Parallel()
+	specs := stores()
+	if !long {
+		specs = slices.DeleteFunc(specs, func(s string) bool {
+			return !slices.Contains(kindStores, s) && !slices.Contains(kindServerStores, s)
+		})
+	}
+	eachStore(t, specs, func(t *testing.T, spec string) {
+		s := openStore(t, spec)
+		var shared, alone []string
+		for _, k := range []LeaseKind{KindSemaphore, KindRW} {
+			why, err := s.supports(context.Background(), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if why != "" {
+				t.Logf("%s: not applicable to %s: %s", k, spec, why)
+				continue
+			}
+			for _, f := range kindFaults(spec, s) {
+				if why := s.notApplicable(f); why != "" {
+					t.Logf("%s %s: not applicable to %s: %s", k, f, spec, why)
+					continue
+				}
+				name := string(k) + "-" + string(f)
+				if f.hitsStore() {
+					alone = append(alone, name)
+				} else {
+					shared = append(shared, name)
+				}
+			}
+		}
+		plan := func(t *testing.T, name string) {
+			k, f, _ := strings.Cut(name, "-")
+			cfg := short(Fault(f), false)
+			cfg.Kind = LeaseKind(k)
+			expectClean(t, run(t, s, cfg))
+		}
+		n := plansAtOnce
+		switch {
+		case long:
+			n = 1
+		case s.minTTL > 0:
+			n = len(shared)
+		}
+		inParallel(t, shared, n, plan)
+		inParallel(t, alone, 1, plan)
+	})
+}
+
+// kindStores are the stores on which the short schedule runs every
+// semaphore and reader-writer plan: the core's waiting, renewal and
+// validity are the same for every store, and these two need no server.
+var kindStores = []string{"mem", "file"}
+
+// kindServerStores are the server stores whose drivers do semaphores or
+// reader-writer locks (fence.KindSupporter). The short schedule runs the
+// plans only there: on the others every plan is n/a, found so only after
+// their servers (a kube-apiserver, an Azurite) have started. The long
+// schedule tries every store, and finds a driver that learned a kind.
+var kindServerStores = []string{"redis", "redis-cluster", "postgres", "postgres-session", "etcd", "etcd-cluster", "zk"}
+
+// kindFaults are the faults of the semaphore and reader-writer plans on
+// s: every fault under the long schedule and on kindStores; on the server
+// stores, under the short one, those that lose the store's state (its
+// driver's own bookkeeping of slots and readers, and tokens that must not
+// go back) or move its clock. A wipe loses the state at once; an empty
+// restart only where the tool cannot wipe, as the server's start may
+// outlast a short plan (a Redis Cluster, CLUSTERDOWN until the plan's
+// end on a loaded machine).
+func kindFaults(spec string, s *Store) []Fault {
+	if long || slices.Contains(kindStores, spec) {
+		return slices.DeleteFunc(slices.Clone(Faults), func(f Fault) bool { return f == FaultNone && !long })
+	}
+	if s.notApplicable(FaultWipe) != "" {
+		return []Fault{FaultRestartEmpty, FaultClockJump}
+	}
+	return []Fault{FaultWipe, FaultClockJump}
+}
+
+// TestTooManyHoldersCaught is the proof that the semaphore and
+// reader-writer checks can fail: on a mem store deliberately broken to
+// grant a semaphore one slot more than asked, or a writer the read side
+// (beside readers and other writers), the baseline plan, where no
+// overlap may be, fails.
+func TestTooManyHoldersCaught(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		kind   LeaseKind
+		store  string
+		broken func(*memServer)
+		want   string
+	}{
+		{KindSemaphore, "mem-semaphore-one-more", func(s *memServer) { s.semaphoreOneMore = true }, "more than 2 workers believed they held a slot"},
+		{KindRW, "mem-writer-shares", func(s *memServer) { s.writerShares = true }, "a writer believed it held the key"},
+	} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			t.Parallel()
+			srv, err := newMemServer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Close() })
+			c.broken(srv)
+			s := &Store{
+				Name:  c.store,
+				addrs: []string{srv.Addr()},
+				url:   func(addrs []string, _ time.Duration) string { return MemScheme + "://" + addrs[0] },
+			}
+			cfg := short(FaultNone, false)
+			cfg.Kind = c.kind
+			r := run(t, s, cfg)
+			for try := 1; try < 3 && r.OK(); try++ {
+				// The extra holder came and went within the slack each
+				// time: that proves nothing either way.
+				t.Logf("no overlap past the slack (%d overlaps); again", r.Overlaps)
+				r = run(t, s, cfg)
+			}
+			if all := strings.Join(r.Violations, "\n"); r.OK() || !strings.Contains(all, c.want) || r.StaleAccepted != 0 {
+				logWorkers(t, r)
+				t.Fatalf("a store that lets in one holder too many: OK %v, %d overlaps, %d stale writes accepted; want a violation with %q (violations %q)",
+					r.OK(), r.Overlaps, r.StaleAccepted, c.want, r.Violations)
+			}
+			t.Logf("caught: %s", strings.Join(r.Violations, "; "))
+		})
+	}
+}

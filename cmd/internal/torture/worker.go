@@ -37,6 +37,8 @@ type workerConfig struct {
 	Broken   bool          `json:"broken_guard,omitempty"` // Config.brokenGuard
 	WriteFor time.Duration `json:"write_for,omitempty"`    // Config.writeTimeout
 	Keys     []string      `json:"keys"`
+	Kind     LeaseKind     `json:"kind,omitempty"`  // Config.Kind
+	Limit    int           `json:"limit,omitempty"` // Config.Limit
 	TTL      time.Duration `json:"ttl"`
 	Writes   int           `json:"writes"`
 	Work     time.Duration `json:"work"`
@@ -162,22 +164,61 @@ func (w *worker) loop(ctx context.Context) {
 	}
 }
 
-// lease is one round: acquire key, write, read, release.
+// nextKind chooses what the next lease takes: a reader-writer plan's
+// worker is a reader or a writer at random, lease by lease.
+func (w *worker) nextKind() fence.Kind {
+	switch w.cfg.Kind {
+	case KindSemaphore:
+		return fence.KindSemaphore
+	case KindRW:
+		if w.rng.IntN(2) == 0 {
+			return fence.KindWrite
+		}
+		return fence.KindRead
+	}
+	return fence.KindLock
+}
+
+func (w *worker) acquire(ctx context.Context, key string, k fence.Kind) (*fence.Lease, error) {
+	switch k {
+	case fence.KindSemaphore:
+		return w.client.Semaphore(key, w.cfg.Limit).Acquire(ctx)
+	case fence.KindRead:
+		return w.client.RWMutex(key).AcquireRead(ctx)
+	case fence.KindWrite:
+		return w.client.RWMutex(key).AcquireWrite(ctx)
+	}
+	return w.client.Acquire(ctx, key)
+}
+
+// kindName names k in events; a lock's is empty, as in histories
+// recorded before other kinds.
+func kindName(k fence.Kind) string {
+	if k == fence.KindLock {
+		return ""
+	}
+	return k.String()
+}
+
+// lease is one round: acquire key, write (a reader reads instead), read,
+// release.
 func (w *worker) lease(ctx context.Context, key string) {
 	id := w.ids.Add(1)
-	w.emit(Event{Op: OpAcquire, Ph: Call, ID: id, Key: key})
+	k := w.nextKind()
+	kn := kindName(k)
+	w.emit(Event{Op: OpAcquire, Ph: Call, ID: id, Key: key, Kind: kn})
 	actx, cancel := context.WithTimeout(ctx, 4*w.cfg.TTL)
-	l, err := w.client.Acquire(actx, key)
+	l, err := w.acquire(actx, key, k)
 	cancel()
 	if err != nil {
-		w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, Key: key, Res: ResFail, Err: err.Error()})
+		w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, Key: key, Kind: kn, Res: ResFail, Err: err.Error()})
 		if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 			fmt.Fprintf(os.Stderr, "worker %d: acquire %q: %v\n", w.cfg.ID, key, err)
 			sleep(ctx, w.cfg.TTL/4) // the store may be down: do not spin
 		}
 		return
 	}
-	w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, Key: key, Token: l.Token(), Res: ResOK, Valid: int64(l.ValidFor())})
+	w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, Key: key, Kind: kn, Token: l.Token(), Res: ResOK, Valid: int64(l.ValidFor())})
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -192,6 +233,10 @@ func (w *worker) lease(ctx context.Context, key string) {
 			break // a careful holder stops once it knows the lease is gone
 		}
 		sleep(context.Background(), w.cfg.Work) // the slow step: pauses land here
+		if k == fence.KindRead {
+			w.read(key) // a reader must not change what it shares
+			continue
+		}
 		res := w.write(key, l.Token(), fmt.Sprintf("w%d.%d.%d", w.cfg.ID, l.Token(), i))
 		if res == ResStale {
 			break // the resource says a newer holder exists
