@@ -51,6 +51,15 @@ type Store struct {
 	emptyTTL time.Duration
 	// emptyNA, if set, says why the store cannot be restarted empty.
 	emptyNA string
+	// emptyDown is how long an emptied server stays down at least. Stores
+	// whose tokens are seeded from the service's clock at a second's
+	// resolution (Azure Table, DynamoDB) promise increasing tokens only
+	// if what is lost was issued before the clock's current second
+	// (docs/aztable.md, docs/dynamodb.md): a waiter that waits through
+	// the outage and is granted the key within that second would get a
+	// token already issued. The plan keeps to the store's promise; the
+	// docs say what happens outside it.
+	emptyDown time.Duration
 	// wipe, if set, removes the store's own state behind fence's back and
 	// says what it removed.
 	wipe  func(ctx context.Context) (string, error)
@@ -339,6 +348,7 @@ func (s *Store) restartEmpty(lost func(what string)) (string, error) {
 		}
 	}
 	lost(fmt.Sprintf("kill %s (SIGKILL) and empty its data", name))
+	time.Sleep(s.emptyDown)
 	start := time.Now()
 	for _, p := range ps {
 		if err := p.Start(); err != nil {
