@@ -162,7 +162,7 @@ func TestConformance(t *testing.T) {
 		Setup: func(t *testing.T) fencetest.Store {
 			srv := testserver.Etcd(t)
 			st := conformanceStore(t, srv.Endpoints())
-			// Outage not wired: under a loaded CI the check failed here (issue 24 note).
+			st.Outage = outage(srv)
 			return st
 		},
 		Open: open,
@@ -176,7 +176,7 @@ func TestConformanceCluster(t *testing.T) {
 		Setup: func(t *testing.T) fencetest.Store {
 			cluster := testserver.EtcdCluster(t, 3)
 			st := conformanceStore(t, cluster.Endpoints())
-			// Outage not wired: see above.
+			st.Outage = outage(cluster.Members...)
 			return st
 		},
 		Open: open,
