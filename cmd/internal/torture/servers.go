@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -187,6 +188,22 @@ func init() {
 		}
 		return s, s.saveEmpty("zookeeper", srv.Process)
 	})
+	server("zk-ensemble", "zk", "a private ZooKeeper ensemble of three (the restart fault kills the leader and a follower in turn)", func(env *testserver.Env) (*Store, error) {
+		var e *testserver.ZooKeeperEnsembleServer
+		if err := env.Do(func(tb testing.TB) { e = testserver.ZooKeeperEnsemble(tb, 3) }); err != nil {
+			return nil, err
+		}
+		s := &Store{
+			addrs: e.Addrs(),
+			url: func(a []string, ttl time.Duration) string {
+				return "zk://" + strings.Join(a, ",") + "/fence?session_timeout=" + ttl.String()
+			},
+			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
+			restart: restartZKMember(env, e),
+			emptyNA: "a ZooKeeper server that lost its data rejoins its ensemble only as a new member (a reconfiguration), which the tool does not do",
+		}
+		return s, nil
+	})
 	server("azblob", "azblob+http", "a private Azurite (Azure Blob leases: TTL 15 s to 60 s, so plans run with TTL 15 s)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.AzuriteServer
 		if err := env.Do(func(tb testing.TB) { srv = testserver.Azurite(tb) }); err != nil {
@@ -343,6 +360,28 @@ func restartEtcdMember(env *testserver.Env, c *testserver.EtcdClusterServer) fun
 		n++
 		m := c.Members[i]
 		return restartProcess(env, fmt.Sprintf("etcd %s %s", role, m.Name()), m.Process)(down, started)
+	}
+}
+
+// restartZKMember is the ZooKeeper ensemble's Store.restart: it kills
+// the leader, then a follower, in turn, and starts it again on its data.
+func restartZKMember(env *testserver.Env, e *testserver.ZooKeeperEnsembleServer) func(time.Duration, func(string)) (string, error) {
+	n := 0
+	return func(down time.Duration, started func(string)) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		leader := e.Leader(ctx)
+		if leader == nil {
+			return "", fmt.Errorf("no server of the ensemble says it leads")
+		}
+		i := slices.Index(e.Servers, leader)
+		role := "leader"
+		if n%2 == 1 {
+			i, role = (i+1)%len(e.Servers), "follower"
+		}
+		n++
+		m := e.Servers[i]
+		return restartProcess(env, fmt.Sprintf("zookeeper %s %s", role, m.Addr()), m.Process)(down, started)
 	}
 }
 
