@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence/cmd/internal/storeurl"
+	"github.com/fencing/fence/fencenats"
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
@@ -279,6 +282,33 @@ func init() {
 		}
 		return s, s.saveEmpty("nats-server", srv.Process)
 	})
+	server("nats-cluster", "nats", "a private cluster of three nats-servers with a bucket of three replicas (the restart fault kills the bucket's stream leader and a follower in turn)", func(env *testserver.Env) (*Store, error) {
+		var c *testserver.NATSClusterServer
+		if err := env.Do(func(tb testing.TB) { c = testserver.NATSCluster(tb, 3) }); err != nil {
+			return nil, err
+		}
+		// The workers open the bucket the URL names; it is made here first
+		// with three replicas, which the URL cannot ask for.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		d, err := fencenats.Dial(ctx, c.URL(), fencenats.DefaultBucket, fencenats.WithReplicas(3))
+		if err != nil {
+			return nil, fmt.Errorf("make the bucket with three replicas: %w", err)
+		}
+		_ = d.Close()
+		var addrs []string
+		for _, srv := range c.Servers {
+			addrs = append(addrs, srv.Addr())
+		}
+		s := &Store{
+			addrs:   addrs,
+			url:     func(a []string, _ time.Duration) string { return "nats://" + strings.Join(a, ",") },
+			restart: restartNATSMember(env, c),
+			hold:    func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
+			emptyNA: "a server that lost its data must catch up from the others as a new peer of the stream, which the tool does not arrange",
+		}
+		return s, nil
+	})
 	server("k8s", "k8s", "a private kube-apiserver and its etcd (the restart fault restarts them in turn)", func(env *testserver.Env) (*Store, error) {
 		var k *testserver.KubeServer
 		if err := env.Do(func(tb testing.TB) { k = testserver.Kube(tb) }); err != nil {
@@ -382,6 +412,45 @@ func restartZKMember(env *testserver.Env, e *testserver.ZooKeeperEnsembleServer)
 		n++
 		m := e.Servers[i]
 		return restartProcess(env, fmt.Sprintf("zookeeper %s %s", role, m.Addr()), m.Process)(down, started)
+	}
+}
+
+// restartNATSMember is the NATS cluster's Store.restart: it kills the
+// server leading the bucket's stream, then a follower, in turn, and
+// starts it again on its data.
+func restartNATSMember(env *testserver.Env, c *testserver.NATSClusterServer) func(time.Duration, func(string)) (string, error) {
+	n := 0
+	return func(down time.Duration, started func(string)) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		nc, err := nats.Connect(c.URL())
+		if err != nil {
+			return "", err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return "", err
+		}
+		st, err := js.Stream(ctx, "KV_"+fencenats.DefaultBucket)
+		if err != nil {
+			return "", err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return "", err
+		}
+		if info.Cluster == nil || c.Named(info.Cluster.Leader) == nil {
+			return "", fmt.Errorf("the bucket's stream has no leader among the cluster's servers (%+v)", info.Cluster)
+		}
+		i := slices.Index(c.Servers, c.Named(info.Cluster.Leader))
+		role := "stream leader"
+		if n%2 == 1 {
+			i, role = (i+1)%len(c.Servers), "follower"
+		}
+		n++
+		m := c.Servers[i]
+		return restartProcess(env, fmt.Sprintf("nats-server %s %s", role, m.Addr()), m.Process)(down, started)
 	}
 }
 
