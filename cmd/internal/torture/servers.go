@@ -322,7 +322,11 @@ func init() {
 			// the server's certificate is for 127.0.0.1, any port.
 			url: func(a []string, _ time.Duration) string {
 				path := filepath.Join(dir, fmt.Sprintf("kubeconfig-%d", n.Add(1)))
-				cfg := strings.Replace(kubeconfig(k), k.Host(), "https://"+a[0], 1)
+				base, err := os.ReadFile(k.Kubeconfig())
+				if err != nil || !strings.Contains(string(base), k.Host()) {
+					env.Errorf("torture: the kube-apiserver's kubeconfig: %v (read %d bytes)", err, len(base))
+				}
+				cfg := strings.Replace(string(base), k.Host(), "https://"+a[0], 1)
 				if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 					env.Errorf("torture: %v", err)
 				}
@@ -338,15 +342,6 @@ func init() {
 		}
 		return s, s.saveEmpty("kube-apiserver's etcd and kube-apiserver", k.Etcd.Process, k.Process)
 	})
-}
-
-// kubeconfig returns the text of k's kubeconfig.
-func kubeconfig(k *testserver.KubeServer) string {
-	b, err := os.ReadFile(k.Kubeconfig())
-	if err != nil {
-		return ""
-	}
-	return string(b)
 }
 
 // zkSession is the ZooKeeper session timeout for leases of ttl: the TTL,

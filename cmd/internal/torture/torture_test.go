@@ -101,6 +101,8 @@ func run(t *testing.T, s *Store, cfg Config) *Result {
 	defer cancel()
 	r, err := Run(ctx, s, cfg)
 	if err != nil {
+		// A worker that could not start says why on its standard error.
+		logWorkers(t, &Result{LogDir: cfg.LogDir})
 		t.Fatalf("Run: %v", err)
 	}
 	t.Logf("%s", Table([]*Result{r}))

@@ -68,10 +68,33 @@ contexts:
     user: fence-test
 current-context: fence-test
 `, k.Host(), k.caFile, k.token)
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	// Written whole under another name, then renamed into place: callers
+	// in other goroutines may be reading the file while this one writes
+	// it, and a reader must never see it truncated.
+	if err := writeFileAtomic(path, []byte(cfg)); err != nil {
 		k.tb.Fatalf("testserver: %v", err)
 	}
 	return path
+}
+
+// writeFileAtomic writes data to path through a temporary file in the
+// same directory and a rename, so that path always holds a whole file.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }
 
 // Kube starts a private etcd and a kube-apiserver on free loopback ports and
