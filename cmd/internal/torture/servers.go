@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing/fence/cmd/internal/storeurl"
@@ -165,7 +163,7 @@ func init() {
 		s := &Store{
 			addrs:   addrs,
 			url:     func(a []string, _ time.Duration) string { return "etcd://" + strings.Join(a, ",") },
-			restart: restartEtcdMember(env, c),
+			restart: restartMember(env, "etcd", etcdProcs(c), etcdNames(c), func() (int, error) { return etcdLeader(c) }),
 			wipe:    wipeEtcd(addrs...),
 			hold:    etcdHold,
 			emptyNA: "an etcd member that lost its data must be removed from the cluster and added again as a new member, which the tool does not do",
@@ -202,7 +200,7 @@ func init() {
 				return "zk://" + strings.Join(a, ",") + "/fence?session_timeout=" + ttl.String()
 			},
 			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
-			restart: restartZKMember(env, e),
+			restart: restartMember(env, "zookeeper", zkProcs(e), e.Addrs(), func() (int, error) { return zkLeader(e) }),
 			emptyNA: "a ZooKeeper server that lost its data rejoins its ensemble only as a new member (a reconfiguration), which the tool does not do",
 		}
 		return s, nil
@@ -303,7 +301,7 @@ func init() {
 		s := &Store{
 			addrs:   addrs,
 			url:     func(a []string, _ time.Duration) string { return "nats://" + strings.Join(a, ",") },
-			restart: restartNATSMember(env, c),
+			restart: restartMember(env, "nats-server", natsProcs(c), addrs, func() (int, error) { return natsStreamLeader(c) }),
 			hold:    func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
 			emptyNA: "a server that lost its data must catch up from the others as a new peer of the stream, which the tool does not arrange",
 		}
@@ -369,84 +367,60 @@ func etcdHold(ttl time.Duration) time.Duration {
 	return max(2*time.Second, (ttl*3/2+time.Second-1).Truncate(time.Second)) + ttl/4
 }
 
-// restartEtcdMember kills the cluster's leader and, the next time, a
-// follower, in turn, and starts it again after down.
-func restartEtcdMember(env *testserver.Env, c *testserver.EtcdClusterServer) func(time.Duration, func(string)) (string, error) {
+// restartMember returns a cluster's Store.restart: it kills the member
+// leader names (of members, called names in messages), then a follower,
+// in turn, and starts it again on its data.
+func restartMember(env *testserver.Env, what string, members []*testserver.Process, names []string, leader func() (int, error)) func(time.Duration, func(string)) (string, error) {
 	n := 0
 	return func(down time.Duration, started func(string)) (string, error) {
-		leader, err := etcdLeader(c)
+		i, err := leader()
 		if err != nil {
 			return "", err
 		}
-		i, role := leader, "leader"
-		if n%2 == 1 {
-			i, role = (leader+1)%len(c.Members), "follower"
-		}
-		n++
-		m := c.Members[i]
-		return restartProcess(env, fmt.Sprintf("etcd %s %s", role, m.Name()), m.Process)(down, started)
-	}
-}
-
-// restartZKMember is the ZooKeeper ensemble's Store.restart: it kills
-// the leader, then a follower, in turn, and starts it again on its data.
-func restartZKMember(env *testserver.Env, e *testserver.ZooKeeperEnsembleServer) func(time.Duration, func(string)) (string, error) {
-	n := 0
-	return func(down time.Duration, started func(string)) (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		leader := e.Leader(ctx)
-		if leader == nil {
-			return "", fmt.Errorf("no server of the ensemble says it leads")
-		}
-		i := slices.Index(e.Servers, leader)
 		role := "leader"
 		if n%2 == 1 {
-			i, role = (i+1)%len(e.Servers), "follower"
+			i, role = (i+1)%len(members), "follower"
 		}
 		n++
-		m := e.Servers[i]
-		return restartProcess(env, fmt.Sprintf("zookeeper %s %s", role, m.Addr()), m.Process)(down, started)
+		return restartProcess(env, fmt.Sprintf("%s %s %s", what, role, names[i]), members[i])(down, started)
 	}
 }
 
-// restartNATSMember is the NATS cluster's Store.restart: it kills the
-// server leading the bucket's stream, then a follower, in turn, and
-// starts it again on its data.
-func restartNATSMember(env *testserver.Env, c *testserver.NATSClusterServer) func(time.Duration, func(string)) (string, error) {
-	n := 0
-	return func(down time.Duration, started func(string)) (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		nc, err := nats.Connect(c.URL())
-		if err != nil {
-			return "", err
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return "", err
-		}
-		st, err := js.Stream(ctx, "KV_"+fencenats.DefaultBucket)
-		if err != nil {
-			return "", err
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			return "", err
-		}
-		if info.Cluster == nil || c.Named(info.Cluster.Leader) == nil {
-			return "", fmt.Errorf("the bucket's stream has no leader among the cluster's servers (%+v)", info.Cluster)
-		}
-		i := slices.Index(c.Servers, c.Named(info.Cluster.Leader))
-		role := "stream leader"
-		if n%2 == 1 {
-			i, role = (i+1)%len(c.Servers), "follower"
-		}
-		n++
-		m := c.Servers[i]
-		return restartProcess(env, fmt.Sprintf("nats-server %s %s", role, m.Addr()), m.Process)(down, started)
+// zkLeader returns the index of the ensemble's leader, as its servers
+// report it.
+func zkLeader(e *testserver.ZooKeeperEnsembleServer) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if i := slices.Index(e.Servers, e.Leader(ctx)); i >= 0 {
+		return i, nil
 	}
+	return 0, fmt.Errorf("no server of the ensemble says it leads")
+}
+
+// natsStreamLeader returns the index of the server leading the default
+// bucket's stream.
+func natsStreamLeader(c *testserver.NATSClusterServer) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, closeJS, err := natsJetStream(c.URL())
+	if err != nil {
+		return 0, err
+	}
+	defer closeJS()
+	st, err := js.Stream(ctx, "KV_"+fencenats.DefaultBucket)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if info.Cluster != nil {
+		if i := slices.Index(c.Servers, c.Named(info.Cluster.Leader)); i >= 0 {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("the bucket's stream has no leader among the cluster's servers (%+v)", info.Cluster)
 }
 
 // etcdLeader returns the index of the cluster's leader, as its members
@@ -481,3 +455,33 @@ func etcdLeader(c *testserver.EtcdClusterServer) (int, error) {
 
 // builtIn reports whether kind k's driver is in this build.
 func (k kind) builtIn() bool { return k.scheme == "" || storeurl.Registered(k.scheme) }
+
+// etcdProcs, etcdNames, zkProcs and natsProcs list a cluster's member
+// processes (and etcd's member names) for restartMember.
+func etcdProcs(c *testserver.EtcdClusterServer) (ps []*testserver.Process) {
+	for _, m := range c.Members {
+		ps = append(ps, m.Process)
+	}
+	return ps
+}
+
+func etcdNames(c *testserver.EtcdClusterServer) (names []string) {
+	for _, m := range c.Members {
+		names = append(names, m.Name())
+	}
+	return names
+}
+
+func zkProcs(e *testserver.ZooKeeperEnsembleServer) (ps []*testserver.Process) {
+	for _, s := range e.Servers {
+		ps = append(ps, s.Process)
+	}
+	return ps
+}
+
+func natsProcs(c *testserver.NATSClusterServer) (ps []*testserver.Process) {
+	for _, s := range c.Servers {
+		ps = append(ps, s.Process)
+	}
+	return ps
+}

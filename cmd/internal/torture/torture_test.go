@@ -168,19 +168,24 @@ func TestTorture(t *testing.T) {
 			r := run(t, s, short(Fault(f), false))
 			expectClean(t, r) // overlaps beyond the fault's bound are violations
 		}
-		// Plans that leave the store alone have their own keys and
-		// workers, and run side by side; Azure's minute-long plans all at
-		// once. A plan that restarts or wipes the store runs alone.
-		n := plansAtOnce
-		switch {
-		case long:
-			n = 1
-		case s.minTTL > 0:
-			n = len(shared)
-		}
-		inParallel(t, shared, n, plan)
-		inParallel(t, alone, 1, plan)
+		runPlans(t, s, shared, alone, plan)
 	})
+}
+
+// runPlans runs a store's plans: those that leave the store alone
+// (shared) have their own keys and workers, and run side by side;
+// Azure's minute-long plans all at once. A plan that restarts or wipes
+// the store (alone) runs alone.
+func runPlans(t *testing.T, s *Store, shared, alone []string, plan func(t *testing.T, name string)) {
+	n := plansAtOnce
+	switch {
+	case long:
+		n = 1
+	case s.minTTL > 0:
+		n = len(shared)
+	}
+	inParallel(t, shared, n, plan)
+	inParallel(t, alone, 1, plan)
 }
 
 // storesAtOnce is how many stores are tortured at the same time, and
@@ -464,15 +469,7 @@ func TestTortureKinds(t *testing.T) {
 			cfg.Kind = LeaseKind(k)
 			expectClean(t, run(t, s, cfg))
 		}
-		n := plansAtOnce
-		switch {
-		case long:
-			n = 1
-		case s.minTTL > 0:
-			n = len(shared)
-		}
-		inParallel(t, shared, n, plan)
-		inParallel(t, alone, 1, plan)
+		runPlans(t, s, shared, alone, plan)
 	})
 }
 

@@ -166,15 +166,11 @@ func wipeEtcd(addrs ...string) func(context.Context) (string, error) {
 // wipeNATS deletes every JetStream key-value bucket.
 func wipeNATS(addr string) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
-		nc, err := nats.Connect("nats://" + addr)
+		js, closeJS, err := natsJetStream("nats://" + addr)
 		if err != nil {
 			return "", err
 		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return "", err
-		}
+		defer closeJS()
 		var names []string
 		l := js.KeyValueStoreNames(ctx)
 		for name := range l.Name() {
@@ -190,4 +186,19 @@ func wipeNATS(addr string) func(context.Context) (string, error) {
 		}
 		return fmt.Sprintf("deleted buckets %s", strings.Join(names, ", ")), nil
 	}
+}
+
+// natsJetStream connects to the NATS servers at url (comma-separated)
+// and returns their JetStream context and what closes the connection.
+func natsJetStream(url string) (jetstream.JetStream, func(), error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
 }

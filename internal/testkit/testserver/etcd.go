@@ -2,7 +2,6 @@ package testserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -121,19 +120,11 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 			})
 		}
 		// Start members together: each one's readiness needs a quorum.
-		errs := make([]error, n)
-		var wg sync.WaitGroup
+		ps := make([]*Process, n)
 		for i, m := range c.Members {
-			wg.Go(func() { errs[i] = m.start() })
+			ps[i] = m.Process
 		}
-		wg.Wait()
-		err := errors.Join(errs...)
-		if err != nil {
-			for _, m := range c.Members {
-				m.Kill()
-			}
-		}
-		return err
+		return startTogether(ps)
 	})
 	return c
 }

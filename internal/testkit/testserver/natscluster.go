@@ -2,7 +2,6 @@ package testserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -113,19 +111,11 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 		}
 		// Start the servers together: JetStream answers only once a
 		// quorum has elected its meta leader.
-		errs := make([]error, n)
-		var wg sync.WaitGroup
+		ps := make([]*Process, n)
 		for i, s := range c.Servers {
-			wg.Go(func() { errs[i] = s.start() })
+			ps[i] = s.Process
 		}
-		wg.Wait()
-		err := errors.Join(errs...)
-		if err != nil {
-			for _, s := range c.Servers {
-				s.Kill()
-			}
-		}
-		return err
+		return startTogether(ps)
 	})
 	return c
 }

@@ -729,3 +729,22 @@ func listenerOwnedBy(leader, port int) (mine, known bool) {
 	}
 	return false, true
 }
+
+// startTogether starts the members of a cluster at once, each waiting
+// until it answers (none does before a quorum of them is up), and kills
+// them all if any failed.
+func startTogether(ps []*Process) error {
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { errs[i] = p.start() })
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err != nil {
+		for _, p := range ps {
+			p.Kill()
+		}
+	}
+	return err
+}

@@ -2,14 +2,13 @@ package testserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -51,13 +50,8 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 	if n < 1 {
 		t.Fatalf("testserver: ZooKeeperEnsemble needs at least 1 server, got %d", n)
 	}
-	java := Require(t, "java")
-	jar := Require(t, "zookeeper")
+	java, jvm := zkJVM(t)
 	o := collect(opts)
-	classpath := jar
-	if simple := filepath.Join(filepath.Dir(jar), "slf4j-simple.jar"); fileExists(simple) {
-		classpath += string(os.PathListSeparator) + simple
-	}
 	base := dataDir(t, "zk-ensemble")
 	e := &ZooKeeperEnsembleServer{}
 	startRetrying(t, fmt.Sprintf("ZooKeeper ensemble of %d", n), func() error {
@@ -110,14 +104,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 			e.Servers[i].Process = newProcess(t, procSpec{
 				name: "zookeeper-" + strconv.Itoa(i+1),
 				path: java,
-				args: []string{
-					"-Xms32m", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-					"-Djava.net.preferIPv4Stack=true",
-					"-Dzookeeper.admin.enableServer=false",
-					"-Dzookeeper.jmx.log4j.disable=true",
-					"-cp", classpath,
-					"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg,
-				},
+				args: append(slices.Clone(jvm), "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg),
 				dir:  dir,
 				port: ports[i][0],
 				ping: func(ctx context.Context) error {
@@ -131,19 +118,11 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 		}
 		// Start the servers together: none serves before a quorum has
 		// elected a leader.
-		errs := make([]error, n)
-		var wg sync.WaitGroup
+		ps := make([]*Process, n)
 		for i, s := range e.Servers {
-			wg.Go(func() { errs[i] = s.start() })
+			ps[i] = s.Process
 		}
-		wg.Wait()
-		err := errors.Join(errs...)
-		if err != nil {
-			for _, s := range e.Servers {
-				s.Kill()
-			}
-		}
-		return err
+		return startTogether(ps)
 	})
 	return e
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,16 +33,8 @@ type ZooKeeperServer struct {
 // zoo.cfg lines (key=value).
 func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 	t.Helper()
-	java := Require(t, "java")
-	jar := Require(t, "zookeeper")
+	java, jvm := zkJVM(t)
 	o := collect(opts)
-
-	// Debian's zookeeper.jar names its dependencies in its manifest's
-	// Class-Path; only an SLF4J binding is missing, so the log has text.
-	classpath := jar
-	if simple := filepath.Join(filepath.Dir(jar), "slf4j-simple.jar"); fileExists(simple) {
-		classpath += string(os.PathListSeparator) + simple
-	}
 	base := dataDir(t, "zk")
 	cfg := filepath.Join(base, "zoo.cfg")
 	s := &ZooKeeperServer{}
@@ -67,14 +60,7 @@ func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 		s.Process = newProcess(t, procSpec{
 			name: "zookeeper",
 			path: java,
-			args: []string{
-				"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-				"-Djava.net.preferIPv4Stack=true",
-				"-Dzookeeper.admin.enableServer=false",
-				"-Dzookeeper.jmx.log4j.disable=true",
-				"-cp", classpath,
-				"org.apache.zookeeper.server.ZooKeeperServerMain", cfg,
-			},
+			args: append(slices.Clone(jvm), "org.apache.zookeeper.server.ZooKeeperServerMain", cfg),
 			dir:  base,
 			port: port,
 			ping: func(ctx context.Context) error {
@@ -91,6 +77,27 @@ func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 		return s.start()
 	})
 	return s
+}
+
+// zkJVM returns the java binary and the JVM's arguments (before the main
+// class) for a ZooKeeper server: a small heap and quick start, the
+// admin server and JMX off, and Debian's zookeeper.jar as the class path.
+// Its manifest's Class-Path names its dependencies; only an SLF4J
+// binding is missing, so the log has text.
+func zkJVM(t testing.TB) (java string, args []string) {
+	t.Helper()
+	java = Require(t, "java")
+	classpath := Require(t, "zookeeper")
+	if simple := filepath.Join(filepath.Dir(classpath), "slf4j-simple.jar"); fileExists(simple) {
+		classpath += string(os.PathListSeparator) + simple
+	}
+	return java, []string{
+		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Djava.net.preferIPv4Stack=true",
+		"-Dzookeeper.admin.enableServer=false",
+		"-Dzookeeper.jmx.log4j.disable=true",
+		"-cp", classpath,
+	}
 }
 
 // zkFourLetter sends a four-letter word and returns the whole answer.
