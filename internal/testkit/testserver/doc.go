@@ -20,7 +20,9 @@
 //	e := testserver.Etcd(t)                    // e.Endpoints()
 //	ec := testserver.EtcdCluster(t, 3)         // ec.Endpoints(), ec.Members[i]
 //	zk := testserver.ZooKeeper(t)              // zk.Addr(); tickTime 200ms
+//	ze := testserver.ZooKeeperEnsemble(t, 3)   // ze.Addrs(), ze.Leader(ctx), ze.Servers[i]
 //	n := testserver.NATS(t)                    // n.URL(), n.Version(), n.AtLeast("2.11")
+//	nc := testserver.NATSCluster(t, 3)         // nc.URL() (every server), nc.Named(streamLeader)
 //	az := testserver.Azurite(t)                // az.BlobURL(), az.ConnectionString()
 //	d := testserver.Dynalite(t)                // d.Endpoint(); DynaliteRegion, DynaliteAccessKey, ...
 //	k := testserver.Kube(t)                    // k.Host(), k.Token(), k.CAFile(), k.Kubeconfig(); k.Etcd
