@@ -38,6 +38,7 @@ func SentinelPassword(password string) Option {
 type credentials struct {
 	token, user, password, sentinelPassword bool
 	clock                                   bool // the Clock option
+	net                                     bool // the OnNet option
 }
 
 // check fails the test if o asks for credentials that server cannot
@@ -53,6 +54,7 @@ func (o options) check(tb testing.TB, server string, can credentials) {
 		{o.password != "", can.password, "Password"},
 		{o.sentinelPassword != "", can.sentinelPassword, "SentinelPassword"},
 		{o.clock != nil, can.clock, "Clock"},
+		{o.net != nil, can.net, "OnNet"},
 	} {
 		if c.given && !c.can {
 			tb.Fatalf("testserver: %s takes no %s", server, c.name)

@@ -67,6 +67,21 @@
 // restarted old master rejoins as a replica once the Sentinels reconfigure
 // it; WaitReady waits for that.
 //
+// # Partitions between cluster members
+//
+// NewNet makes test hosts: a network namespace per host, with an address
+// of its own, joined by a bridge that the test's own namespace is on too.
+// A cluster started OnNet runs member i on host i; Partition (or Isolate)
+// cuts the links between hosts with blackhole routes while every client
+// in the test's namespace still reaches every member, and Heal restores
+// them. Nothing leaves the machine. It needs root and the ip program
+// (iproute2), and is Unavailable without them:
+//
+//	n := testserver.NewNet(t, 3)
+//	ec := testserver.EtcdCluster(t, 3, testserver.OnNet(n))
+//	n.Isolate(0) // member 0 loses its peers, not its clients
+//	n.Heal()
+//
 // # Stores that are down or hung, processes that die
 //
 // ClosedAddr returns a loopback address that refuses connections, as a

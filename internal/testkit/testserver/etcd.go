@@ -64,6 +64,10 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 	}
 	bin := Require(t, "etcd")
 	o := collect(opts)
+	o.check(t, "EtcdCluster", credentials{net: true})
+	if o.net != nil && o.net.Len() < n {
+		t.Fatalf("testserver: EtcdCluster of %d members on a net of %d hosts", n, o.net.Len())
+	}
 	var extra []string
 	if etcdHasFlag(bin, "--unsafe-no-fsync") { // etcd >= 3.5; Debian 12 has 3.4
 		extra = append(extra, "--unsafe-no-fsync")
@@ -85,7 +89,7 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 			}
 			clientPorts[i] = cp
 			name := fmt.Sprintf("m%d", i)
-			peer := fmt.Sprintf("http://127.0.0.1:%d", pp)
+			peer := fmt.Sprintf("http://%s:%d", memberIP(o.net, i), pp)
 			c.Members[i] = &EtcdServer{name: name, peerURL: peer}
 			initial = append(initial, name+"="+peer)
 		}
@@ -95,7 +99,7 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 			if err := os.RemoveAll(data); err != nil { // a failed attempt's state
 				return err
 			}
-			client := fmt.Sprintf("http://127.0.0.1:%d", clientPorts[i])
+			client := fmt.Sprintf("http://%s:%d", memberIP(o.net, i), clientPorts[i])
 			args := append([]string{
 				"--name", m.name,
 				"--data-dir", data,
@@ -116,6 +120,8 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 				args: args,
 				dir:  base,
 				port: clientPorts[i],
+				net:  o.net,
+				host: i,
 				ping: func(ctx context.Context) error { return etcdHealth(ctx, client) },
 			})
 		}

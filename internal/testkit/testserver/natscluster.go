@@ -53,7 +53,10 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 	}
 	bin := Require(t, "nats-server")
 	o := collect(opts)
-	o.check(t, "a NATS cluster", credentials{})
+	o.check(t, "a NATS cluster", credentials{net: true})
+	if o.net != nil && o.net.Len() < n {
+		t.Fatalf("testserver: NATSCluster of %d servers on a net of %d hosts", n, o.net.Len())
+	}
 	version, err := natsServerVersion(bin)
 	if err != nil {
 		t.Fatalf("testserver: %v", err)
@@ -74,7 +77,7 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 				return err
 			}
 			clientPorts[i], routePorts[i] = cp, rp
-			routes[i] = "nats://127.0.0.1:" + strconv.Itoa(rp)
+			routes[i] = "nats://" + net.JoinHostPort(memberIP(o.net, i), strconv.Itoa(rp))
 		}
 		// A name of its own, so that servers of another test's cluster
 		// that reach these ports cannot join it.
@@ -90,9 +93,9 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
 			}
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPorts[i]))
+			addr := net.JoinHostPort(memberIP(o.net, i), strconv.Itoa(clientPorts[i]))
 			args := slices.Concat([]string{
-				"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(clientPorts[i]), "-sd", dir,
+				"-js", "-a", memberIP(o.net, i), "-p", strconv.Itoa(clientPorts[i]), "-sd", dir,
 				"--server_name", name,
 				"--cluster_name", cluster,
 				"--cluster", routes[i],
@@ -106,6 +109,8 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 				args: args,
 				dir:  dir,
 				port: clientPorts[i],
+				net:  o.net,
+				host: i,
 				ping: func(ctx context.Context) error { return natsPing(ctx, addr) },
 			})
 		}

@@ -35,12 +35,21 @@ type options struct {
 	// Password, SentinelPassword).
 	token, user, password, sentinelPassword string
 	clock                                   *FakeClock
+	net                                     *Net
 }
 
 // Args appends extra command-line arguments to the server's own. For
 // ZooKeeper, each is a line (key=value) added to the generated zoo.cfg.
 func Args(args ...string) Option {
 	return func(o *options) { o.args = append(o.args, args...) }
+}
+
+// OnNet starts a cluster's members on the hosts of n, member i on host i
+// (n must have a host per member): they listen on their host's address
+// and talk to one another over n, which can then cut them apart
+// (Net.Partition). EtcdCluster, ZooKeeperEnsemble and NATSCluster take it.
+func OnNet(n *Net) Option {
+	return func(o *options) { o.net = n }
 }
 
 func collect(opts []Option) options {
@@ -62,6 +71,8 @@ type Process struct {
 	dir     string
 	cred    *syscall.Credential
 	env     []string // added to this process's environment
+	net     *Net     // the test hosts it runs on, if not the test's own namespace
+	host    int      // its host on net
 	addr    string
 	port    int
 	logPath string
@@ -87,8 +98,12 @@ type procSpec struct {
 	args []string // arguments, without the program
 	dir  string   // working directory: the server's own data directory
 	cred *syscall.Credential
-	env  []string                        // added to the environment (FakeClock's)
-	port int                             // the port it listens on; Addr is 127.0.0.1:port
+	env  []string // added to the environment (FakeClock's)
+	port int      // the port it listens on; Addr is 127.0.0.1:port
+	// net, if set, runs the process on host of the test hosts net; its
+	// Addr is then the host's address and port.
+	net  *Net
+	host int
 	ping func(ctx context.Context) error // one protocol-level readiness check
 	// prestart, if set, runs before every start (first and restarts).
 	prestart func() error
@@ -97,8 +112,14 @@ type procSpec struct {
 // newProcess prepares a process and registers the cleanup that kills it and,
 // if the test failed, prints the tail of its log. It does not start it.
 func newProcess(tb testing.TB, s procSpec) *Process {
+	ip := "127.0.0.1"
+	if s.net != nil {
+		ip = s.net.IP(s.host)
+	}
 	p := &Process{
 		tb:      tb,
+		net:     s.net,
+		host:    s.host,
 		name:    s.name,
 		path:    s.path,
 		args:    s.args,
@@ -106,7 +127,7 @@ func newProcess(tb testing.TB, s procSpec) *Process {
 		cred:    s.cred,
 		env:     s.env,
 		port:    s.port,
-		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
+		addr:    net.JoinHostPort(ip, strconv.Itoa(s.port)),
 		logPath: filepath.Join(tb.TempDir(), fmt.Sprintf("%s-%d.log", s.name, s.port)),
 		ping:    s.ping,
 		pre:     s.prestart,
@@ -120,8 +141,8 @@ func newProcess(tb testing.TB, s procSpec) *Process {
 	return p
 }
 
-// Addr returns the server's client address, "127.0.0.1:port". It does not
-// change across restarts.
+// Addr returns the server's client address, "127.0.0.1:port" (or its test
+// host's address and port, OnNet). It does not change across restarts.
 func (p *Process) Addr() string { return p.addr }
 
 // Port returns the port of Addr.
@@ -269,7 +290,11 @@ func (p *Process) launchLocked() error {
 	fmt.Fprintf(log, "=== testserver: start %d at %s: %s %s\n", p.starts,
 		time.Now().Format(time.RFC3339Nano), p.path, quoteArgs(p.args))
 
-	cmd := exec.Command(p.path, p.args...)
+	path, args := p.path, p.args
+	if p.net != nil {
+		path, args = p.net.command(p.host, path, args)
+	}
+	cmd := exec.Command(path, args...)
 	cmd.Dir = p.dir
 	if len(p.env) > 0 {
 		cmd.Env = append(os.Environ(), p.env...)
@@ -346,7 +371,8 @@ func (p *Process) waitReady() error {
 			// Something answered on our port; make sure it is our server and
 			// not another test's that took the port first (ours then exits
 			// or is about to, failing to bind).
-			if mine, known := listenerOwnedBy(r.cmd.Process.Pid, p.port); known && !mine {
+			// (A server on a test host has its host's address to itself.)
+			if mine, known := listenerOwnedBy(r.cmd.Process.Pid, p.port); p.net == nil && known && !mine {
 				return fmt.Errorf("%w: another process answers on %s", errAddrInUse, p.addr)
 			}
 			select {

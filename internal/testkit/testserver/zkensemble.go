@@ -52,6 +52,10 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 	}
 	java, jvm := zkJVM(t)
 	o := collect(opts)
+	o.check(t, "ZooKeeperEnsemble", credentials{net: true})
+	if o.net != nil && o.net.Len() < n {
+		t.Fatalf("testserver: ZooKeeperEnsemble of %d servers on a net of %d hosts", n, o.net.Len())
+	}
 	base := dataDir(t, "zk-ensemble")
 	e := &ZooKeeperEnsembleServer{}
 	startRetrying(t, fmt.Sprintf("ZooKeeper ensemble of %d", n), func() error {
@@ -67,7 +71,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 				}
 				ports[i][j] = p
 			}
-			peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[i][1], ports[i][2]))
+			peers = append(peers, fmt.Sprintf("server.%d=%s:%d:%d", i+1, memberIP(o.net, i), ports[i][1], ports[i][2]))
 		}
 		e.Servers = make([]*ZooKeeperServer, n)
 		for i := range n {
@@ -89,7 +93,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 				"maxSessionTimeout=60000",
 				"dataDir=" + data,
 				"clientPort=" + strconv.Itoa(ports[i][0]),
-				"clientPortAddress=127.0.0.1",
+				"clientPortAddress=" + memberIP(o.net, i),
 				"admin.enableServer=false",
 				"4lw.commands.whitelist=*",
 				"maxClientCnxns=0",
@@ -99,7 +103,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 			if err := os.WriteFile(cfg, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 				return err
 			}
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i][0]))
+			addr := net.JoinHostPort(memberIP(o.net, i), strconv.Itoa(ports[i][0]))
 			e.Servers[i] = &ZooKeeperServer{}
 			e.Servers[i].Process = newProcess(t, procSpec{
 				name: "zookeeper-" + strconv.Itoa(i+1),
@@ -107,6 +111,8 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 				args: append(slices.Clone(jvm), "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg),
 				dir:  dir,
 				port: ports[i][0],
+				net:  o.net,
+				host: i,
 				ping: func(ctx context.Context) error {
 					out, err := zkFourLetter(ctx, addr, "srvr")
 					if err == nil && !strings.Contains(out, "Mode: ") {
