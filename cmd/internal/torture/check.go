@@ -123,9 +123,10 @@ type Result struct {
 	// than the end of their wait: the store told a waiting client no, or
 	// could not be reached, where availability means waiting on.
 	AcquireErrors int
-	// NextGrant is, for each episode of a restart plan, the time from the
-	// kill of the store's server (or member) to the next lease granted to
-	// any worker; negative if none was before the plan ended.
+	// NextGrant is, for each episode of a restart or partition plan, the
+	// time from the kill of the store's server (or member), or from the
+	// cut, to the next lease granted to any worker; negative if none was
+	// before the plan ended.
 	NextGrant []time.Duration
 	// Linearizable is porcupine's verdict on the register's history
 	// against FencedRegister: Ok, Illegal or Unknown (timed out).
@@ -164,6 +165,7 @@ var overlapBound = map[Fault]int{
 	FaultRestart:      0,
 	FaultRestartEmpty: 0, // beyond the overlaps crashOverlap explains
 	FaultWipe:         0, // likewise
+	FaultPartition:    0,
 }
 
 // waitEnded reports whether an acquisition's error is the end of its
@@ -271,7 +273,7 @@ type leaseSpan struct {
 // analyze checks a history. end is the time the plan ended.
 func analyze(r *Result, events []Event, applied []Applied, end int64, timeout time.Duration) {
 	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
-	if r.Fault == FaultRestart {
+	if r.Fault == FaultRestart || r.Fault == FaultPartition {
 		r.NextGrant = nextGrants(events)
 	}
 

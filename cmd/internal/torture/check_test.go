@@ -242,8 +242,8 @@ func TestCrashOverlap(t *testing.T) {
 }
 
 // TestNextGrant: the time from each restart to the next lease granted,
-// "none" for an episode with no grant after it; only restart plans
-// measure it.
+// "none" for an episode with no grant after it; only restart and
+// partition plans measure it.
 func TestNextGrant(t *testing.T) {
 	ms := int64(time.Millisecond)
 	events := []Event{
@@ -268,8 +268,8 @@ func TestNextGrant(t *testing.T) {
 	for _, f := range Faults {
 		r := &Result{Fault: f}
 		analyze(r, slices.Clone(events), nil, 400*ms, time.Second)
-		if measured := r.NextGrant != nil; measured != (f == FaultRestart) {
-			t.Errorf("fault %s: NextGrant %v; want it measured only under restart", f, r.NextGrant)
+		if measured := r.NextGrant != nil; measured != (f == FaultRestart || f == FaultPartition) {
+			t.Errorf("fault %s: NextGrant %v; want it measured only under restart and partition", f, r.NextGrant)
 		}
 	}
 }

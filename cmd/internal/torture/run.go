@@ -67,16 +67,23 @@ const (
 	// from the clock must not go back. Only for servers the tool started
 	// on a fake clock (PostgreSQL).
 	FaultClockJump Fault = "clock-jump"
+	// FaultPartition cuts one member of a cluster from its peers (its
+	// leader, then a follower, in turn) while a worker holds a lease, for
+	// as long as a pause lasts, then heals: every worker still reaches
+	// every member, so a leader cut off keeps answering its clients
+	// without a quorum (the Jepsen etcd lock scenario). Only for clusters
+	// the tool started on test hosts of their own (testserver.Net).
+	FaultPartition Fault = "partition"
 )
 
 // Faults lists every fault plan, in the summary's order.
-var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart, FaultRestartEmpty, FaultWipe, FaultClockJump}
+var Faults = []Fault{FaultNone, FaultPause, FaultBlackhole, FaultDelay, FaultKill, FaultRestart, FaultRestartEmpty, FaultWipe, FaultClockJump, FaultPartition}
 
 // hitsStore reports whether the fault acts on the store itself (its
 // server or its data), and so on every plan running against it at the
 // time: such a plan runs alone.
 func (f Fault) hitsStore() bool {
-	return f == FaultRestart || f == FaultRestartEmpty || f == FaultWipe || f == FaultClockJump
+	return f == FaultRestart || f == FaultRestartEmpty || f == FaultWipe || f == FaultClockJump || f == FaultPartition
 }
 
 // ParseFault returns the fault plan named s.
@@ -258,7 +265,7 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 		cfg.TTL = store.emptyTTL // the store must be back while the holder's lease is valid
 	}
 	// Room for one fault episode at least.
-	if min := store.holdTime(cfg.TTL) + 3*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
+	if min := store.cutTime(cfg.Fault, cfg.TTL) + 2*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
 		cfg.Duration = min
 	}
 	r := &Result{Store: store.Name, Fault: cfg.Fault, Kind: cfg.Kind, Guard: !cfg.NoGuard, TTL: cfg.TTL}
@@ -675,9 +682,7 @@ func (p *plan) jitter(d time.Duration) time.Duration {
 // undisturbed and the plan ends clean.
 func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	ttl := p.cfg.TTL
-	// A pause or partition lasts past the time the store may keep the
-	// holder's lease, and a TTL more for another worker to take it.
-	cut := p.store.holdTime(ttl) + ttl
+	cut := p.store.cutTime(p.cfg.Fault, ttl)
 	episode := cut + ttl/2 // the longest episode, and a margin
 	fits := func() time.Time { return deadline.Add(-episode) }
 	wait := func(d time.Duration) { sleep(ctx, d) }
@@ -826,6 +831,29 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 				return
 			}
 			p.fault(fmt.Sprintf("the store's clock jumps %v back", jump), true)
+			wait(ttl)
+		}
+	case FaultPartition:
+		for time.Now().Before(fits()) {
+			p.drain()
+			if _, pr := p.holder(ctx, fits()); pr == nil {
+				break
+			}
+			wait(p.jitter(p.cfg.Work))
+			desc, heal, err := p.store.partition()
+			if err != nil {
+				p.fault("partition failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("partition: %w", err)
+				return
+			}
+			p.fault(fmt.Sprintf("%s for %v", desc, cut), false)
+			time.Sleep(cut)
+			if err := heal(); err != nil {
+				p.fault("heal failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("partition: heal: %w", err)
+				return
+			}
+			p.fault("heal the partition", true)
 			wait(ttl)
 		}
 	}

@@ -32,6 +32,15 @@ func init() {
 		k.sessionBound = true
 		kinds[name] = k
 	}
+	cluster := func(name string) {
+		k := kinds[name]
+		k.cluster = true
+		kinds[name] = k
+	}
+	defer cluster("etcd-cluster")
+	defer cluster("zk-ensemble")
+	defer cluster("nats-cluster")
+	defer cluster("redis-cluster")
 	defer sessionBound("postgres-session")
 	defer sessionBound("mysql")
 	server("redis", "redis", "a private redis-server (no persistence: a restart loses every lease)", func(env *testserver.Env) (*Store, error) {
@@ -151,9 +160,13 @@ func init() {
 		}
 		return s, s.saveEmpty("etcd", srv.Process)
 	})
-	server("etcd-cluster", "etcd", "a private three-member etcd cluster (the restart fault kills the leader and a follower in turn)", func(env *testserver.Env) (*Store, error) {
+	server("etcd-cluster", "etcd", "a private three-member etcd cluster, each member on a test host of its own (the restart fault kills the leader and a follower in turn; the partition fault cuts one from its peers)", func(env *testserver.Env) (*Store, error) {
+		nt, why, err := onNet(env, 3)
+		if err != nil {
+			return nil, err
+		}
 		var c *testserver.EtcdClusterServer
-		if err := env.Do(func(tb testing.TB) { c = testserver.EtcdCluster(tb, 3) }); err != nil {
+		if err := env.Do(func(tb testing.TB) { c = testserver.EtcdCluster(tb, 3, netOpts(nt)...) }); err != nil {
 			return nil, err
 		}
 		var addrs []string
@@ -168,6 +181,9 @@ func init() {
 			hold:    etcdHold,
 			emptyNA: "an etcd member that lost its data must be removed from the cluster and added again as a new member, which the tool does not do",
 		}
+		// A leader that hears no quorum for an election timeout (1 s)
+		// steps down, and the others elect one in about as long.
+		s.setNet(nt, why, etcdNames(c), func() (int, error) { return etcdLeader(c) }, 3*time.Second)
 		return s, nil
 	})
 	server("zk", "zk", "a private ZooKeeper", func(env *testserver.Env) (*Store, error) {
@@ -189,9 +205,13 @@ func init() {
 		}
 		return s, s.saveEmpty("zookeeper", srv.Process)
 	})
-	server("zk-ensemble", "zk", "a private ZooKeeper ensemble of three (the restart fault kills the leader and a follower in turn)", func(env *testserver.Env) (*Store, error) {
+	server("zk-ensemble", "zk", "a private ZooKeeper ensemble of three, each server on a test host of its own (the restart fault kills the leader and a follower in turn; the partition fault cuts one from its peers)", func(env *testserver.Env) (*Store, error) {
+		nt, why, err := onNet(env, 3)
+		if err != nil {
+			return nil, err
+		}
 		var e *testserver.ZooKeeperEnsembleServer
-		if err := env.Do(func(tb testing.TB) { e = testserver.ZooKeeperEnsemble(tb, 3) }); err != nil {
+		if err := env.Do(func(tb testing.TB) { e = testserver.ZooKeeperEnsemble(tb, 3, netOpts(nt)...) }); err != nil {
 			return nil, err
 		}
 		s := &Store{
@@ -203,6 +223,9 @@ func init() {
 			restart: restartMember(env, "zookeeper", zkProcs(e), e.Addrs(), func() (int, error) { return zkLeader(e) }),
 			emptyNA: "a ZooKeeper server that lost its data rejoins its ensemble only as a new member (a reconfiguration), which the tool does not do",
 		}
+		// A leader gives up without a quorum after syncLimit ticks (2 s
+		// here), then the others elect one.
+		s.setNet(nt, why, e.Addrs(), func() (int, error) { return zkLeader(e) }, 4*time.Second)
 		return s, nil
 	})
 	server("azblob", "azblob+http", "a private Azurite (Azure Blob leases: TTL 15 s to 60 s, so plans run with TTL 15 s)", func(env *testserver.Env) (*Store, error) {
@@ -280,9 +303,13 @@ func init() {
 		}
 		return s, s.saveEmpty("nats-server", srv.Process)
 	})
-	server("nats-cluster", "nats", "a private cluster of three nats-servers with a bucket of three replicas (the restart fault kills the bucket's stream leader and a follower in turn)", func(env *testserver.Env) (*Store, error) {
+	server("nats-cluster", "nats", "a private cluster of three nats-servers with a bucket of three replicas, each server on a test host of its own (the restart fault kills the bucket's stream leader and a follower in turn; the partition fault cuts one from its peers)", func(env *testserver.Env) (*Store, error) {
+		nt, why, err := onNet(env, 3)
+		if err != nil {
+			return nil, err
+		}
 		var c *testserver.NATSClusterServer
-		if err := env.Do(func(tb testing.TB) { c = testserver.NATSCluster(tb, 3) }); err != nil {
+		if err := env.Do(func(tb testing.TB) { c = testserver.NATSCluster(tb, 3, netOpts(nt)...) }); err != nil {
 			return nil, err
 		}
 		// The workers open the bucket the URL names; it is made here first
@@ -305,6 +332,9 @@ func init() {
 			hold:    func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
 			emptyNA: "a server that lost its data must catch up from the others as a new peer of the stream, which the tool does not arrange",
 		}
+		// A stream's Raft group elects a new leader some seconds after
+		// losing one (docs/reliability.md, "Leader loss in clusters").
+		s.setNet(nt, why, addrs, func() (int, error) { return natsStreamLeader(c) }, 8*time.Second)
 		return s, nil
 	})
 	server("k8s", "k8s", "a private kube-apiserver and its etcd (the restart fault restarts them in turn)", func(env *testserver.Env) (*Store, error) {
@@ -434,7 +464,7 @@ func etcdLeader(c *testserver.EtcdClusterServer) (int, error) {
 	}
 	defer cli.Close()
 	ids := make([]uint64, len(c.Members))
-	var leader uint64
+	votes := map[uint64]int{}
 	for i, ep := range c.Endpoints() {
 		st, err := cli.Status(ctx, ep)
 		if err != nil {
@@ -442,7 +472,15 @@ func etcdLeader(c *testserver.EtcdClusterServer) (int, error) {
 		}
 		ids[i] = st.Header.MemberId
 		if st.Leader != 0 {
-			leader = st.Leader
+			votes[st.Leader]++
+		}
+	}
+	// The leader most members name: a member cut off from the others may
+	// still name the leader it lost.
+	var leader uint64
+	for id, v := range votes {
+		if v > votes[leader] {
+			leader = id
 		}
 	}
 	for i, id := range ids {

@@ -68,6 +68,16 @@ type Store struct {
 	// (the clock-jump plan); clockNA says why there is none.
 	clock   *testserver.FakeClock
 	clockNA string
+	// partition, if set, cuts one member of the cluster from its peers
+	// (its clients still reach it) and says what it did and how to heal;
+	// partitionNA says why there is none, and partitionMissing that the
+	// reason is a facility this machine lacks (network namespaces).
+	partition        func() (what string, heal func() error, err error)
+	partitionNA      string
+	partitionMissing bool
+	// partitionFor is how long a partition lasts at least: long enough for
+	// the cluster to see a member gone and elect another leader.
+	partitionFor time.Duration
 	// minTTL is the shortest lease the store grants (Azure's 15 s); plans
 	// on it run with at least this TTL, and long enough for a fault.
 	minTTL time.Duration
@@ -124,6 +134,17 @@ func (s *Store) holdTime(ttl time.Duration) time.Duration {
 	return max(ttl, s.hold(ttl))
 }
 
+// cutTime is how long a pause or a partition lasts for leases of ttl:
+// past the time the store may keep a silent holder's lease, and a TTL
+// more for another worker to take it; a partition at least partitionFor.
+func (s *Store) cutTime(f Fault, ttl time.Duration) time.Duration {
+	d := s.holdTime(ttl) + ttl
+	if f == FaultPartition {
+		d = max(d, s.partitionFor)
+	}
+	return d
+}
+
 // MinTTL returns the shortest lease TTL the store grants, 0 if any.
 func (s *Store) MinTTL() time.Duration { return s.minTTL }
 
@@ -165,6 +186,13 @@ func (s *Store) notApplicable(f Fault) string {
 			}
 			return "the tool moves the clock only of a PostgreSQL it starts (libfaketime cannot run under redis-server's jemalloc, nor move the Go and Java servers' clocks)"
 		}
+	case FaultPartition:
+		if s.partition == nil {
+			if s.partitionNA != "" {
+				return s.partitionNA
+			}
+			return "not a cluster the tool started on test hosts of their own"
+		}
 	}
 	return ""
 }
@@ -178,6 +206,9 @@ type kind struct {
 	// sessionBound: the lock lives as long as the holder's connection or
 	// process, so a paused holder keeps it.
 	sessionBound bool
+	// cluster: several servers that replicate the store's state (a
+	// replicated cluster, an ensemble, a master with replicas).
+	cluster bool
 }
 
 var kinds = map[string]kind{

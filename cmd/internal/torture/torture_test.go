@@ -155,6 +155,9 @@ func TestTorture(t *testing.T) {
 				continue // every other plan runs the same workers, and more
 			}
 			if why := s.notApplicable(f); why != "" {
+				if s.partitionMissing && f == FaultPartition && testserver.Strict() {
+					t.Errorf("%s on %s: %s (FENCE_TEST_STRICT=1)", f, spec, why)
+				}
 				t.Logf("%s: not applicable to %s: %s", f, spec, why)
 				continue
 			}
@@ -289,9 +292,11 @@ func ttlStores() []string {
 
 // proofStores are the stores the no-guard proof runs on: every store whose
 // leases expire under the long schedule; under the short one, the tool's
-// own memory store, a counter store and an SQL store (the checker is the
-// same for every store; what differs is only how the pause makes two
-// holders, which the guarded pause plans show on every store).
+// own memory store, a counter store, an SQL store and every cluster (the
+// checker is the same for every store; what differs is only how the pause
+// makes two holders, which the guarded pause plans show on every store;
+// clusters are where users meet two holders, so each shows the corruption
+// that the guard prevents).
 func proofStores() []string {
 	all := ttlStores()
 	if long {
@@ -299,7 +304,7 @@ func proofStores() []string {
 	}
 	var out []string
 	for _, s := range all {
-		if s == "mem" || s == "redis" || s == "postgres" {
+		if s == "mem" || s == "redis" || s == "postgres" || kinds[s].cluster {
 			out = append(out, s)
 		}
 	}
