@@ -101,7 +101,7 @@ Flags:
 	kinds := fs.String("kind", "lock", "what the workers acquire (comma-separated): lock, semaphore (of --limit slots) or rw (each lease a reader or a writer at random)")
 	fs.IntVar(&o.cfg.Limit, "limit", 2, "a semaphore's slots")
 	fs.IntVar(&o.cfg.Workers, "workers", 0, "worker processes (default 3, for a semaphore --limit + 2)")
-	fs.IntVar(&o.cfg.Writes, "writes", 3, "protected writes per lease")
+	fs.IntVar(&o.cfg.Writes, "writes", 0, "protected writes per lease (default 3; under partition, enough to hold a lease for two TTLs)")
 	fs.IntVar(&o.cfg.Keys, "keys", 1, "keys the workers contend for")
 	fs.DurationVar(&o.cfg.TTL, "ttl", time.Second, "lease TTL; faults last about twice as long")
 	fs.DurationVar(&o.cfg.Duration, "duration", 6*time.Second, "how long each plan runs")

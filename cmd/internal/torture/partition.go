@@ -36,16 +36,16 @@ func netOpts(nt *testserver.Net) []testserver.Option {
 
 // partitionMember returns a cluster's Store.partition: it cuts the member
 // leader names (of names, one per host of nt) from the others, then a
-// follower, in turn. Its heal first checks that the fault bit: a leader
+// follower, in turn, and returns which member it cut. Its heal first checks that the fault bit: a leader
 // cut off for the episode must have been replaced by one the majority
 // elected (a partition that cut nothing would leave it leading), and a
 // follower cut off must not have taken the lead.
-func partitionMember(nt cutter, names []string, leader func() (int, error)) func() (string, func() error, error) {
+func partitionMember(nt cutter, names []string, leader func() (int, error)) func() (string, int, func() error, error) {
 	n := 0
-	return func() (string, func() error, error) {
+	return func() (string, int, func() error, error) {
 		i, err := leader()
 		if err != nil {
-			return "", nil, err
+			return "", 0, nil, err
 		}
 		role := "leader"
 		if n%2 == 1 {
@@ -53,7 +53,7 @@ func partitionMember(nt cutter, names []string, leader func() (int, error)) func
 		}
 		n++
 		if err := nt.Isolate(i); err != nil {
-			return "", nil, err
+			return "", 0, nil, err
 		}
 		heal := func() error {
 			now, lerr := leader()
@@ -66,7 +66,7 @@ func partitionMember(nt cutter, names []string, leader func() (int, error)) func
 			}
 			return herr
 		}
-		return fmt.Sprintf("cut %s %s from its peers (its clients still reach it)", role, names[i]), heal, nil
+		return fmt.Sprintf("cut %s %s from its peers (its clients still reach it)", role, names[i]), i, heal, nil
 	}
 }
 

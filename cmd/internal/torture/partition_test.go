@@ -36,8 +36,8 @@ func TestPartitionMustBite(t *testing.T) {
 	} {
 		f := &fakeNet{leader: 1, moveLead: c.moveLead}
 		part := partitionMember(f, names, func() (int, error) { return f.leader, nil })
-		desc, heal, err := part()
-		if err != nil || !strings.Contains(desc, "leader m1") || f.cut != 1 {
+		desc, member, heal, err := part()
+		if err != nil || !strings.Contains(desc, "leader m1") || f.cut != 1 || member != 1 {
 			t.Fatalf("first episode: %q, %v, cut %d; want the leader m1 cut", desc, err, f.cut)
 		}
 		err = heal()
@@ -45,8 +45,8 @@ func TestPartitionMustBite(t *testing.T) {
 			if err != nil {
 				t.Fatalf("a partition that moved the lead: heal = %v", err)
 			}
-			desc, heal, err := part()
-			if err != nil || !strings.Contains(desc, "follower m1") || heal() != nil {
+			desc, member, heal, err := part()
+			if err != nil || !strings.Contains(desc, "follower m1") || member != 1 || heal() != nil {
 				t.Fatalf("second episode: %q, %v; want the follower m1 (after leader m0) cut", desc, err)
 			}
 			continue

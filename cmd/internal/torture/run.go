@@ -69,8 +69,10 @@ const (
 	FaultClockJump Fault = "clock-jump"
 	// FaultPartition cuts one member of a cluster from its peers (its
 	// leader, then a follower, in turn) while a worker holds a lease, for
-	// as long as a pause lasts, then heals: every worker still reaches
-	// every member, so a leader cut off keeps answering its clients
+	// as long as a pause lasts and at least until the others have elected
+	// a leader, then heals. The holder's client is left with the member
+	// cut off and no other; every other worker still reaches every
+	// member. A leader cut off goes on answering its clients for a while
 	// without a quorum (the Jepsen etcd lock scenario). Only for clusters
 	// the tool started on test hosts of their own (testserver.Net).
 	FaultPartition Fault = "partition"
@@ -147,7 +149,7 @@ func (k LeaseKind) fenceKinds() []fence.Kind {
 type Config struct {
 	Fault    Fault
 	Workers  int           // worker processes; default 3
-	Writes   int           // protected writes per lease; default 3
+	Writes   int           // protected writes per lease; default 3 (partition: a lease of two TTLs)
 	Keys     int           // keys contended for; default 1
 	TTL      time.Duration // lease TTL; default 1s
 	Duration time.Duration // how long the workers run; default 6s
@@ -217,9 +219,6 @@ func (c *Config) defaults() {
 			c.Workers = c.Limit + 2
 		}
 	}
-	if c.Writes <= 0 {
-		c.Writes = 3
-	}
 	if c.Keys <= 0 {
 		c.Keys = 1
 	}
@@ -231,6 +230,14 @@ func (c *Config) defaults() {
 	}
 	if c.Work <= 0 {
 		c.Work = 30 * time.Millisecond
+	}
+	if c.Writes <= 0 {
+		c.Writes = 3
+		if c.Fault == FaultPartition {
+			// A holder the cut strands must outlive its validity, or
+			// it releases before the cut reaches it.
+			c.Writes = int(2*c.TTL/c.Work) + 1
+		}
 	}
 	if c.Register == "" {
 		c.Register = RegisterMemory
@@ -836,18 +843,31 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	case FaultPartition:
 		for time.Now().Before(fits()) {
 			p.drain()
-			if _, pr := p.holder(ctx, fits()); pr == nil {
+			s, pr := p.holder(ctx, fits())
+			if pr == nil {
 				break
 			}
 			wait(p.jitter(p.cfg.Work))
-			desc, heal, err := p.store.partition()
+			desc, member, heal, err := p.store.partition()
 			if err != nil {
 				p.fault("partition failed: "+err.Error(), true)
 				p.faultErr = fmt.Errorf("partition: %w", err)
 				return
 			}
-			p.fault(fmt.Sprintf("%s for %v", desc, cut), false)
+			// The holder is left with the member cut off: its proxies to
+			// the others hold every byte, so its client, which would
+			// move to a member of the majority, is stranded with the
+			// minority (the register stays in reach).
+			for j, px := range s.proxies {
+				if j != member {
+					px.Blackhole(faultproxy.Both)
+				}
+			}
+			p.fault(fmt.Sprintf("%s, with worker %d's client, for %v", desc, pr.id, cut), false)
 			time.Sleep(cut)
+			for _, px := range s.proxies {
+				px.Heal()
+			}
 			if err := heal(); err != nil {
 				p.fault("heal failed: "+err.Error(), true)
 				p.faultErr = fmt.Errorf("partition: heal: %w", err)

@@ -2,6 +2,7 @@ package torture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -428,11 +429,33 @@ func zkLeader(e *testserver.ZooKeeperEnsembleServer) (int, error) {
 }
 
 // natsStreamLeader returns the index of the server leading the default
-// bucket's stream.
+// bucket's stream, as most servers see it: a server cut off from the
+// others may still answer for a leader the others have replaced.
 func natsStreamLeader(c *testserver.NATSClusterServer) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	votes := map[int]int{}
+	var errs []error
+	for _, srv := range c.Servers {
+		i, err := natsStreamLeaderFrom(c, "nats://"+srv.Addr())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("asking %s: %w", srv.Addr(), err))
+			continue
+		}
+		votes[i]++
+	}
+	for i, v := range votes {
+		if v > len(c.Servers)/2 {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("no stream leader that most servers agree on (votes by server index %v): %w", votes, errors.Join(errs...))
+}
+
+// natsStreamLeaderFrom asks the server at url which server leads the
+// default bucket's stream.
+func natsStreamLeaderFrom(c *testserver.NATSClusterServer, url string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	js, closeJS, err := natsJetStream(c.URL())
+	js, closeJS, err := natsJetStream(url)
 	if err != nil {
 		return 0, err
 	}

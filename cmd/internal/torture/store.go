@@ -69,10 +69,11 @@ type Store struct {
 	clock   *testserver.FakeClock
 	clockNA string
 	// partition, if set, cuts one member of the cluster from its peers
-	// (its clients still reach it) and says what it did and how to heal;
+	// (its clients still reach it) and says what it did, which member
+	// (an index of addrs) and how to heal;
 	// partitionNA says why there is none, and partitionMissing that the
 	// reason is a facility this machine lacks (network namespaces).
-	partition        func() (what string, heal func() error, err error)
+	partition        func() (what string, member int, heal func() error, err error)
 	partitionNA      string
 	partitionMissing bool
 	// partitionFor is how long a partition lasts at least: long enough for
