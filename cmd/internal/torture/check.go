@@ -128,6 +128,10 @@ type Result struct {
 	// cut, to the next lease granted to any worker; negative if none was
 	// before the plan ended.
 	NextGrant []time.Duration
+	// LossDetect is, for each loss a holder detected after a fault
+	// episode began, the time from the start of the latest episode before
+	// it to the detection, shortest first.
+	LossDetect []time.Duration
 	// Linearizable is porcupine's verdict on the register's history
 	// against FencedRegister: Ok, Illegal or Unknown (timed out).
 	Linearizable porcupine.CheckResult
@@ -193,6 +197,30 @@ func nextGrants(events []Event) []time.Duration {
 		out = append(out, d)
 	}
 	return out
+}
+
+// lossDetection returns, for each detected loss (at the times in lost),
+// the time since the start of the latest fault episode before it (starts,
+// in order), shortest first; losses before any episode are left out.
+func lossDetection[K comparable](lost map[K]int64, starts []int64) []time.Duration {
+	var out []time.Duration
+	for _, t := range lost {
+		i, _ := slices.BinarySearch(starts, t+1) // the first start after t
+		if i > 0 {
+			out = append(out, time.Duration(t-starts[i-1]))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// percentile returns the p-th percentile (0 < p <= 100) of sorted ds, by
+// the nearest rank; 0 for none.
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[max(0, (len(ds)*p+99)/100-1)]
 }
 
 // lossEpisode is a fault episode in which the store lost its state: from
@@ -291,6 +319,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 	dead := map[int]int64{} // worker -> killed or exited at
 	lost := map[leaseKey]int64{}
 	releasing := map[leaseKey]int64{}
+	var starts []int64 // of fault episodes, in order
 	for _, e := range events {
 		switch {
 		case e.Op == OpKill || e.Op == OpExit:
@@ -304,6 +333,9 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 			}
 		case e.Op == OpFault && !e.End:
 			r.Faults++
+			if len(starts) == 0 || starts[len(starts)-1] < e.T {
+				starts = append(starts, e.T)
+			}
 		case e.Ph == Call:
 			calls[opKey{e.W, e.ID}] = e
 			if e.Op == OpRelease {
@@ -323,6 +355,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 		}
 	}
 	r.Losses = len(lost)
+	r.LossDetect = lossDetection(lost, starts)
 
 	// Leases, and the register operations for porcupine.
 	var acquires []leaseSpan

@@ -428,3 +428,37 @@ func TestAnalyzeTokensKinds(t *testing.T) {
 		})
 	}
 }
+
+// TestLossDetection: each loss a holder detects is timed from the start of
+// the latest fault episode before it; one before any episode is not.
+func TestLossDetection(t *testing.T) {
+	ms := int64(time.Millisecond)
+	events := []Event{
+		{W: 0, Op: OpLost, Key: "k", Token: 1, T: 5 * ms},
+		{W: -1, Op: OpFault, Fault: "cut", T: 10 * ms},
+		{W: 1, Op: OpLost, Key: "k", Token: 2, T: 250 * ms},
+		{W: -1, Op: OpFault, Fault: "heal", End: true, T: 300 * ms},
+		{W: -1, Op: OpFault, Fault: "cut", T: 400 * ms},
+		{W: 2, Op: OpLost, Key: "k", Token: 3, T: 500 * ms},
+		{W: 2, Op: OpLost, Key: "k", Token: 3, T: 900 * ms}, // the same lease again
+	}
+	r := &Result{Fault: FaultPartition}
+	analyze(r, events, nil, time.Second.Nanoseconds(), time.Second)
+	want := []time.Duration{100 * time.Millisecond, 240 * time.Millisecond}
+	if !slices.Equal(r.LossDetect, want) {
+		t.Errorf("LossDetect = %v; want %v", r.LossDetect, want)
+	}
+	if s := lossDetect(r.LossDetect); s != "100ms/240ms" {
+		t.Errorf("lossDetect = %q; want 100ms/240ms", s)
+	}
+	if s := lossDetect(nil); s != "-" {
+		t.Errorf("lossDetect(nil) = %q; want -", s)
+	}
+	ds := make([]time.Duration, 200)
+	for i := range ds {
+		ds[i] = time.Duration(i+1) * time.Millisecond
+	}
+	if p50, p99 := percentile(ds, 50), percentile(ds, 99); p50 != 100*time.Millisecond || p99 != 198*time.Millisecond {
+		t.Errorf("percentiles of 1..200 ms: p50 %v, p99 %v; want 100ms, 198ms", p50, p99)
+	}
+}

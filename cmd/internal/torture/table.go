@@ -31,19 +31,19 @@ func Table(rs []*Result) string {
 	if withKinds {
 		head += "kind\t"
 	}
-	fmt.Fprintln(tw, head+"acquisitions\toverlaps\tstale refused\tstale accepted\tlinearizable\tlosses detected\twrites\tunknown\tfaults\tacquire errors\tnext grant\t")
+	fmt.Fprintln(tw, head+"acquisitions\toverlaps\tstale refused\tstale accepted\tlinearizable\tlosses detected\tdetected after p50/p99\twrites\tunknown\tfaults\tacquire errors\tnext grant\t")
 	for _, r := range rs {
 		g := "yes"
 		if !r.Guard {
 			g = "no"
 		}
 		if r.NA != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%sn/a\t\t\t\t\t\t\t\t\t\t\t\n", r.Store, r.Fault, g, kindCol(r))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%sn/a\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Store, r.Fault, g, kindCol(r))
 			continue
 		}
 		lin := map[string]string{"Ok": "yes", "Illegal": "NO", "Unknown": "unknown"}[string(r.Linearizable)]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Store, r.Fault, g, kindCol(r),
-			r.Acquisitions, r.Overlaps, r.StaleRefused, r.StaleAccepted, lin, r.Losses, r.Writes, r.Unknown, r.Faults, r.AcquireErrors, nextGrant(r.NextGrant))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%d\t%d\t%d\t%d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t\n", r.Store, r.Fault, g, kindCol(r),
+			r.Acquisitions, r.Overlaps, r.StaleRefused, r.StaleAccepted, lin, r.Losses, lossDetect(r.LossDetect), r.Writes, r.Unknown, r.Faults, r.AcquireErrors, nextGrant(r.NextGrant))
 	}
 	tw.Flush()
 	return b.String()
@@ -64,4 +64,14 @@ func nextGrant(ds []time.Duration) string {
 		longest = max(longest, d)
 	}
 	return longest.Round(10 * time.Millisecond).String()
+}
+
+// lossDetect shows the median and the 99th percentile of the times from a
+// fault's start to a holder's detection of its loss: "-" for none.
+func lossDetect(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	r := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
+	return r(percentile(ds, 50)) + "/" + r(percentile(ds, 99))
 }
