@@ -19,7 +19,7 @@
 //	fence-torture [--store file,mem,redis,...|URL] [--fault all|pause,...]
 //	              [--kind lock|semaphore|rw,...] [--limit 2]
 //	              [--workers 3] [--writes 3] [--ttl 1s] [--duration 6s]
-//	              [--no-guard] [--html DIR] [--json]
+//	              [--no-guard] [--html DIR] [--json|--markdown]
 //
 // See docs/reliability.md.
 package main
@@ -58,12 +58,13 @@ func main() {
 }
 
 type options struct {
-	stores  []string
-	faults  []torture.Fault
-	kinds   []torture.LeaseKind
-	cfg     torture.Config
-	json    bool
-	verbose bool
+	stores   []string
+	faults   []torture.Fault
+	kinds    []torture.LeaseKind
+	cfg      torture.Config
+	json     bool
+	markdown bool
+	verbose  bool
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -114,6 +115,7 @@ Flags:
 	fs.StringVar(&o.cfg.LogDir, "logs", "", "directory for the workers' logs (default: a new temporary directory)")
 	fs.Uint64Var(&o.cfg.Seed, "seed", 0, "random seed (default: random)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
+	fs.BoolVar(&o.markdown, "markdown", false, "print the results as docs/reliability.md's matrix (Markdown)")
 	fs.BoolVar(&o.verbose, "v", false, "print each fault as it is injected")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -149,6 +151,8 @@ Flags:
 		return nil, fmt.Errorf("--register %q: want postgres, postgres-guard-only or memory", o.cfg.Register)
 	case len(o.stores) == 0:
 		return nil, errors.New("no store given")
+	case o.json && o.markdown:
+		return nil, errors.New("--json and --markdown: choose one")
 	case o.cfg.Workers != 0 && o.cfg.Workers < 2:
 		return nil, errors.New("--workers must be at least 2: one holder and one contender")
 	case o.cfg.Limit < 1:
@@ -240,11 +244,14 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		s.Close()
 	}
 
-	if o.json {
+	switch {
+	case o.json:
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(results)
-	} else {
+	case o.markdown:
+		fmt.Fprint(stdout, torture.Markdown(results))
+	default:
 		fmt.Fprint(stdout, torture.Table(results))
 		for _, r := range results {
 			if r.OK() {

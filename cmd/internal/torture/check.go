@@ -128,6 +128,9 @@ type Result struct {
 	// cut, to the next lease granted to any worker; negative if none was
 	// before the plan ended.
 	NextGrant []time.Duration
+	// TokenRegressions counts grants whose token was not above every
+	// token granted on the key before the grant was asked for.
+	TokenRegressions int
 	// LossDetect is, for each loss a holder detected after a fault
 	// episode began, the time from the start of the latest episode before
 	// it to the detection, shortest first.
@@ -432,7 +435,9 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 			long, r.Fault, time.Duration(slack), bound, what))
 	}
 
-	r.Violations = append(r.Violations, checkTokens(acquires)...)
+	v, regressions := checkTokens(acquires)
+	r.Violations = append(r.Violations, v...)
+	r.TokenRegressions = regressions
 
 	// The register's own view: a write accepted with a token lower than one
 	// accepted before it.
@@ -462,7 +467,8 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 }
 
 // checkTokens: tokens strictly increase per key in acquisition order (an
-// acquisition that returned before another began has the lower token);
+// acquisition that returned before another began has the lower token:
+// each that has not is a regression);
 // no token is granted twice; and no exclusive acquisition is reported held
 // after one with a higher token was, nor a reader after a writer with a
 // higher token (its reply came after its lease had expired: the store
@@ -471,8 +477,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 // semaphore slots and both sides of a reader-writer lock included (the
 // conformance suite checks them so); semaphore slots and readers share the
 // key, so one of them may well be reported after another's higher token.
-func checkTokens(acquires []leaseSpan) []string {
-	var v []string
+func checkTokens(acquires []leaseSpan) (v []string, regressions int) {
 	byKey := map[string][]leaseSpan{}
 	for _, a := range acquires {
 		byKey[a.Key] = append(byKey[a.Key], a)
@@ -501,6 +506,7 @@ func checkTokens(acquires []leaseSpan) []string {
 				i++
 			}
 			if hi.Token >= b.Token {
+				regressions++
 				v = append(v, fmt.Sprintf("tokens for %q went back: worker %d got %d after worker %d had got %d", key, b.W, b.Token, hi.W, hi.Token))
 			}
 		}
@@ -523,7 +529,7 @@ func checkTokens(acquires []leaseSpan) []string {
 		}
 	}
 	slices.Sort(v)
-	return v
+	return v, regressions
 }
 
 // exclusive reports whether a lease of kind (Event.Kind) excludes every

@@ -184,6 +184,11 @@ func TestAnalyzeTokens(t *testing.T) {
 			if r.OK() || !strings.Contains(strings.Join(r.Violations, "\n"), tc.want) {
 				t.Errorf("violations %q; want one with %q", r.Violations, tc.want)
 			}
+			// Only a token that went back is a regression ("granted
+			// twice" went back too: 5 after 5).
+			if want := name == "went back" || name == "granted twice"; (r.TokenRegressions == 1) != want {
+				t.Errorf("TokenRegressions = %d; want %v", r.TokenRegressions, want)
+			}
 		})
 	}
 }

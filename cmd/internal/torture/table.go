@@ -2,6 +2,7 @@ package torture
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -74,4 +75,85 @@ func lossDetect(ds []time.Duration) string {
 	}
 	r := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
 	return r(percentile(ds, 50)) + "/" + r(percentile(ds, 99))
+}
+
+// Markdown formats results as docs/reliability.md's matrix: a verdict per
+// store (and lease kind) and fault, for the guarded plans, then a row per
+// plan with its figures. A verdict is "ok" (nothing wrong), "FAIL" (a
+// check failed: with the guard, a defect), "shown" (a plan without the
+// guard that shows the corruption, as it must) or "n/a".
+func Markdown(rs []*Result) string {
+	var b strings.Builder
+	var faults []Fault
+	var rows []string
+	cells := map[string]map[Fault]string{}
+	for _, r := range rs {
+		row := r.Store
+		if r.Kind != "" && r.Kind != KindLock {
+			row += " (" + string(r.Kind) + ")"
+		}
+		if !r.Guard {
+			row += ", no guard"
+		}
+		if cells[row] == nil {
+			cells[row] = map[Fault]string{}
+			rows = append(rows, row)
+		}
+		if !slices.Contains(faults, r.Fault) {
+			faults = append(faults, r.Fault)
+		}
+		cells[row][r.Fault] = verdict(r)
+	}
+	b.WriteString("| store |")
+	for _, f := range faults {
+		fmt.Fprintf(&b, " %s |", f)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(faults)) + "\n")
+	for _, row := range rows {
+		fmt.Fprintf(&b, "| %s |", row)
+		for _, f := range faults {
+			v := cells[row][f]
+			if v == "" {
+				v = "-"
+			}
+			fmt.Fprintf(&b, " %s |", v)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n| store | fault | guard | acquisitions | overlaps (bound) | stale refused | stale accepted | token regressions | losses detected | detected after p50/p99 | next grant |\n")
+	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rs {
+		store := r.Store
+		if r.Kind != "" && r.Kind != KindLock {
+			store += " (" + string(r.Kind) + ")"
+		}
+		g := "yes"
+		if !r.Guard {
+			g = "no"
+		}
+		if r.NA != "" {
+			fmt.Fprintf(&b, "| %s | %s | %s | n/a: %s | | | | | | | |\n", store, r.Fault, g, strings.ReplaceAll(r.NA, "|", "/"))
+			continue
+		}
+		bound := "any"
+		if n, ok := overlapBound[r.Fault]; ok {
+			bound = fmt.Sprint(n)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d (%s) | %d | %d | %d | %d | %s | %s |\n", store, r.Fault, g,
+			r.Acquisitions, r.Overlaps, bound, r.StaleRefused, r.StaleAccepted, r.TokenRegressions, r.Losses, lossDetect(r.LossDetect), nextGrant(r.NextGrant))
+	}
+	return b.String()
+}
+
+// verdict is a plan's cell in the matrix.
+func verdict(r *Result) string {
+	switch {
+	case r.NA != "":
+		return "n/a"
+	case !r.Guard && !r.OK():
+		return "shown"
+	case r.OK() && r.StaleAccepted == 0:
+		return "ok"
+	}
+	return "FAIL"
 }
