@@ -63,3 +63,68 @@ func TestClusterStreamLeaderLoss(t *testing.T) {
 		},
 	})
 }
+
+// TestClusterReplaceEmpty: a server of the cluster that comes back without
+// its store (testserver's ReplaceEmpty, the torture's restart-empty on
+// nats-cluster) takes its replica of the bucket's stream back: the stream
+// has three current replicas again, and the key fence wrote before is
+// there, its revision kept.
+func TestClusterReplaceEmpty(t *testing.T) {
+	cl := testserver.NATSCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bucket := testserver.Name("fence")
+	d, err := fencenats.Dial(ctx, cl.URL(), bucket, fencenats.WithReplicas(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	c := fence.New(d, fence.WithTTL(10*time.Second))
+	l, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := connect(t, cl.URL())
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastSeq := info.State.LastSeq
+	// A follower: its replica must come back from the leader.
+	var follower int
+	for i, srv := range cl.Servers {
+		if srv != cl.Named(info.Cluster.Leader) {
+			follower = i
+			break
+		}
+	}
+	if err := cl.ReplaceEmpty(follower); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err = s.Info(ctx)
+		current := 0
+		if err == nil && info.Cluster != nil {
+			for _, r := range info.Cluster.Replicas {
+				if r.Current {
+					current++
+				}
+			}
+		}
+		if err == nil && current == 2 && info.State.LastSeq >= lastSeq {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after ReplaceEmpty: stream info %+v, %v; want the leader and 2 current replicas, last sequence >= %d", info.Cluster, err, lastSeq)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release after the replacement: %v", err)
+	}
+}

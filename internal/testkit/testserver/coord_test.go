@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -43,24 +45,6 @@ func etcdGet(ctx context.Context, endpoint, key string) (string, error) {
 	}
 	v, err := base64.StdEncoding.DecodeString(out.Kvs[0].Value)
 	return string(v), err
-}
-
-func etcdPost(ctx context.Context, url string, body any) ([]byte, error) {
-	j, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(j))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := noKeepAlive.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("%s: %s: %s", url, resp.Status, b)
-	}
-	return b, err
 }
 
 func TestEtcd(t *testing.T) {
@@ -290,4 +274,78 @@ func signSharedKey(req *http.Request, account, key string) {
 	mac := hmac.New(sha256.New, k)
 	mac.Write([]byte(toSign))
 	h.Set("Authorization", "SharedKey "+account+":"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+}
+
+// TestEtcdClusterReplaceEmpty: a member brought back empty by
+// reconfiguration has a new ID, serves the data the others kept, and the
+// cluster takes writes again with all three.
+func TestEtcdClusterReplaceEmpty(t *testing.T) {
+	t.Parallel()
+	c := timed(t, "etcd cluster of 3", func() *EtcdClusterServer { return EtcdCluster(t, 3) })
+	ctx := testContext(t)
+	if err := etcdPut(ctx, c.Members[0].Endpoint(), "fence/k", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := etcdMemberID(ctx, c.Members[0].Endpoint(), c.Members[2].Name())
+	if err != nil || before == "" {
+		t.Fatalf("member ID of %s: %q, %v", c.Members[2].Name(), before, err)
+	}
+	timed(t, "ReplaceEmpty", func() any {
+		if err := c.ReplaceEmpty(2); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	})
+	after, err := etcdMemberID(ctx, c.Members[0].Endpoint(), c.Members[2].Name())
+	if err != nil || after == "" || after == before {
+		t.Fatalf("member ID after ReplaceEmpty: %q (before %q), %v; want a new member", after, before, err)
+	}
+	if v, err := etcdGet(ctx, c.Members[2].Endpoint(), "fence/k"); err != nil || v != "v1" {
+		t.Fatalf("get from the replaced member = %q, %v; want the others' data", v, err)
+	}
+	eventually(t, 30*time.Second, "put through the replaced member", func() error {
+		return etcdPut(ctx, c.Members[2].Endpoint(), "fence/k", "v2")
+	})
+}
+
+// TestZooKeeperEnsembleReplaceEmpty: a server brought back without its
+// transaction log keeps its myid and takes the ensemble's state from the
+// leader: its zxid is the leader's, not the zero of an empty log.
+func TestZooKeeperEnsembleReplaceEmpty(t *testing.T) {
+	t.Parallel()
+	e := timed(t, "ZooKeeper ensemble of 3", func() *ZooKeeperEnsembleServer { return ZooKeeperEnsemble(t, 3) })
+	ctx := testContext(t)
+	timed(t, "ReplaceEmpty", func() any {
+		if err := e.ReplaceEmpty(1); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	})
+	if _, err := os.Stat(filepath.Join(e.Servers[1].dir, "data", "myid")); err != nil {
+		t.Fatalf("myid after ReplaceEmpty: %v", err)
+	}
+	zxid := func(s *ZooKeeperServer) string {
+		out, err := zkFourLetter(ctx, s.Addr(), "srvr")
+		if err != nil {
+			t.Fatalf("srvr of %s: %v", s.Addr(), err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(line, "Zxid: "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		t.Fatalf("srvr of %s has no Zxid: %s", s.Addr(), out)
+		return ""
+	}
+	eventually(t, 30*time.Second, "the replaced server in sync", func() error {
+		leader := e.Leader(ctx)
+		if leader == nil || leader == e.Servers[1] {
+			return fmt.Errorf("leader %v: want one of the two others", leader)
+		}
+		got, want := zxid(e.Servers[1]), zxid(leader)
+		if got == "0x0" || got != want {
+			return fmt.Errorf("zxid %s, the leader has %s", got, want)
+		}
+		return nil
+	})
 }

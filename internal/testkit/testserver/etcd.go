@@ -1,7 +1,9 @@
 package testserver
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,6 +23,7 @@ type EtcdServer struct {
 	*Process
 	name    string
 	peerURL string
+	data    string // its data directory
 }
 
 // Endpoint returns the member's client URL, "http://127.0.0.1:port".
@@ -96,6 +99,7 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdClusterServer {
 		token := fmt.Sprintf("fence-test-%x", rand.Uint64()) // members of other clusters cannot join
 		for i, m := range c.Members {
 			data := filepath.Join(base, m.name)
+			m.data = data
 			if err := os.RemoveAll(data); err != nil { // a failed attempt's state
 				return err
 			}
@@ -145,6 +149,26 @@ func etcdHasFlag(bin, flag string) bool {
 		help, _ = etcdHelp.LoadOrStore(bin, string(out))
 	}
 	return strings.Contains(help.(string), flag+" ")
+}
+
+// etcdPost posts body as JSON to a member's gRPC gateway (/v3/...) and
+// returns the response body; a status other than 200 is an error.
+func etcdPost(ctx context.Context, url string, body any) ([]byte, error) {
+	j, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(j))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := noKeepAlive.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+	}
+	return b, err
 }
 
 // etcdHealth asks a member's /health, which is true once the cluster has a

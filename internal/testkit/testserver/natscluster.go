@@ -124,3 +124,26 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 	})
 	return c
 }
+
+// ReplaceEmpty brings server i back without its JetStream store (-sd),
+// under its old name, as an operator replaces a server whose disk was
+// lost: the others, a quorum, keep the streams, and the server takes its
+// replicas back from their leaders. Unlike Restart it returns its error,
+// so any goroutine may call it.
+func (c *NATSClusterServer) ReplaceEmpty(i int) error {
+	if i < 0 || i >= len(c.Servers) || len(c.Servers) < 3 {
+		return fmt.Errorf("testserver: ReplaceEmpty(%d) of a cluster of %d (needs 3 servers at least)", i, len(c.Servers))
+	}
+	s := c.Servers[i]
+	s.Kill()
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return s.start()
+}

@@ -132,3 +132,22 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 	})
 	return e
 }
+
+// ReplaceEmpty brings server i back the way an operator replaces a server
+// whose disk was lost in a static ensemble: it kills the server, removes
+// its transaction log and snapshots (keeping its myid), and starts it
+// again; it joins as a follower and takes the leader's state. That is safe
+// while the others, a quorum, keep theirs: an empty server never wins an
+// election against one with data. Unlike Restart it returns its error, so
+// any goroutine may call it.
+func (e *ZooKeeperEnsembleServer) ReplaceEmpty(i int) error {
+	if i < 0 || i >= len(e.Servers) || len(e.Servers) < 3 {
+		return fmt.Errorf("testserver: ReplaceEmpty(%d) of an ensemble of %d (needs 3 servers at least)", i, len(e.Servers))
+	}
+	s := e.Servers[i]
+	s.Kill()
+	if err := os.RemoveAll(filepath.Join(s.dir, "data", "version-2")); err != nil {
+		return err
+	}
+	return s.start()
+}
