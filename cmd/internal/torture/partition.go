@@ -41,17 +41,12 @@ func netOpts(nt *testserver.Net) []testserver.Option {
 // elected (a partition that cut nothing would leave it leading), and a
 // follower cut off must not have taken the lead.
 func partitionMember(nt cutter, names []string, leader func() (int, error)) func() (string, int, func() error, error) {
-	n := 0
+	next := leaderThenFollower(len(names), leader)
 	return func() (string, int, func() error, error) {
-		i, err := leader()
+		i, role, err := next()
 		if err != nil {
 			return "", 0, nil, err
 		}
-		role := "leader"
-		if n%2 == 1 {
-			i, role = (i+1)%len(names), "follower"
-		}
-		n++
 		if err := nt.Isolate(i); err != nil {
 			return "", 0, nil, err
 		}

@@ -783,7 +783,13 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 				break
 			}
 			wait(p.jitter(p.cfg.Work))
-			desc, err := p.store.restartEmpty(func(what string) { p.lossFault(what) })
+			var desc string
+			var err error
+			if p.store.emptyMember != nil {
+				desc, err = p.store.emptyMember(func(what string) { p.fault(what, false) })
+			} else {
+				desc, err = p.store.restartEmpty(func(what string) { p.lossFault(what) })
+			}
 			if err != nil {
 				p.fault("restart failed: "+err.Error(), true)
 				p.faultErr = fmt.Errorf("restart-empty: %w", err)

@@ -180,7 +180,9 @@ func init() {
 			restart: restartMember(env, "etcd", etcdProcs(c), etcdNames(c), func() (int, error) { return etcdLeader(c) }),
 			wipe:    wipeEtcd(addrs...),
 			hold:    etcdHold,
-			emptyNA: "an etcd member that lost its data must be removed from the cluster and added again as a new member, which the tool does not do",
+			// A member that lost its data is removed from the cluster and
+			// added again as a new member (testserver's ReplaceEmpty).
+			emptyMember: emptyMember("etcd", etcdNames(c), func() (int, error) { return etcdLeader(c) }, c.ReplaceEmpty),
 		}
 		// A leader that hears no quorum for an election timeout (1 s)
 		// steps down, and the others elect one in about as long.
@@ -222,7 +224,9 @@ func init() {
 			},
 			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
 			restart: restartMember(env, "zookeeper", zkProcs(e), e.Addrs(), func() (int, error) { return zkLeader(e) }),
-			emptyNA: "a ZooKeeper server that lost its data rejoins its ensemble only as a new member (a reconfiguration), which the tool does not do",
+			// A server that lost its data comes back with its myid and
+			// takes the leader's state (testserver's ReplaceEmpty).
+			emptyMember: emptyMember("zookeeper", e.Addrs(), func() (int, error) { return zkLeader(e) }, e.ReplaceEmpty),
 		}
 		// A leader gives up without a quorum after syncLimit ticks (2 s
 		// here), then the others elect one.
@@ -331,7 +335,9 @@ func init() {
 			url:     func(a []string, _ time.Duration) string { return "nats://" + strings.Join(a, ",") },
 			restart: restartMember(env, "nats-server", natsProcs(c), addrs, func() (int, error) { return natsStreamLeader(c) }),
 			hold:    func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
-			emptyNA: "a server that lost its data must catch up from the others as a new peer of the stream, which the tool does not arrange",
+			// A server that lost its store comes back under its name and
+			// takes its replicas back (testserver's ReplaceEmpty).
+			emptyMember: emptyMember("nats-server", addrs, func() (int, error) { return natsStreamLeader(c) }, c.ReplaceEmpty),
 		}
 		// A stream's Raft group elects a new leader some seconds after
 		// losing one (docs/reliability.md, "Leader loss in clusters").
@@ -402,18 +408,50 @@ func etcdHold(ttl time.Duration) time.Duration {
 // leader names (of members, called names in messages), then a follower,
 // in turn, and starts it again on its data.
 func restartMember(env *testserver.Env, what string, members []*testserver.Process, names []string, leader func() (int, error)) func(time.Duration, func(string)) (string, error) {
-	n := 0
+	next := leaderThenFollower(len(members), leader)
 	return func(down time.Duration, started func(string)) (string, error) {
-		i, err := leader()
+		i, role, err := next()
 		if err != nil {
 			return "", err
 		}
-		role := "leader"
-		if n%2 == 1 {
-			i, role = (i+1)%len(members), "follower"
-		}
-		n++
 		return restartProcess(env, fmt.Sprintf("%s %s %s", what, role, names[i]), members[i])(down, started)
+	}
+}
+
+// leaderThenFollower returns what chooses the member of a cluster of n
+// that an episode acts on: the one leader names, then a follower, in turn.
+func leaderThenFollower(n int, leader func() (int, error)) func() (i int, role string, err error) {
+	episode := 0
+	return func() (int, string, error) {
+		i, err := leader()
+		if err != nil {
+			return 0, "", err
+		}
+		role := "leader"
+		if episode%2 == 1 {
+			i, role = (i+1)%n, "follower"
+		}
+		episode++
+		return i, role, nil
+	}
+}
+
+// emptyMember returns a cluster's Store.emptyMember: it brings back empty
+// (with replace) the member leader names (of members, called names in
+// messages), then a follower, in turn.
+func emptyMember(what string, names []string, leader func() (int, error), replace func(i int) error) func(func(string)) (string, error) {
+	next := leaderThenFollower(len(names), leader)
+	return func(started func(string)) (string, error) {
+		i, role, err := next()
+		if err != nil {
+			return "", err
+		}
+		started(fmt.Sprintf("kill %s %s %s (SIGKILL) and bring it back empty", what, role, names[i]))
+		start := time.Now()
+		if err := replace(i); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s back empty after %v", names[i], time.Since(start).Round(time.Millisecond)), nil
 	}
 }
 

@@ -51,6 +51,11 @@ type Store struct {
 	emptyTTL time.Duration
 	// emptyNA, if set, says why the store cannot be restarted empty.
 	emptyNA string
+	// emptyMember, if set, is the empty restart of a cluster whose
+	// members keep the store's state for one that lost its own: it brings
+	// one member back empty (as an operator would) and says what it did;
+	// it calls started once the member is down. The store loses nothing.
+	emptyMember func(started func(what string)) (string, error)
 	// emptyDown is how long an emptied server stays down at least. Stores
 	// whose tokens are seeded from the service's clock at a second's
 	// resolution (Azure Table, DynamoDB) promise increasing tokens only
@@ -174,6 +179,9 @@ func (s *Store) notApplicable(f Fault) string {
 			return "the tool cannot wipe this store's state"
 		}
 	case FaultRestartEmpty:
+		if s.emptyMember != nil {
+			return ""
+		}
 		if s.emptyNA != "" {
 			return s.emptyNA
 		}
