@@ -271,6 +271,9 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 	if cfg.Fault == FaultRestartEmpty && cfg.TTL < store.emptyTTL {
 		cfg.TTL = store.emptyTTL // the store must be back while the holder's lease is valid
 	}
+	if cfg.Fault == FaultRestart && cfg.Duration < store.restartFor+3*cfg.TTL {
+		cfg.Duration = store.restartFor + 3*cfg.TTL // a failover, and work after it
+	}
 	// Room for one fault episode at least.
 	if min := store.cutTime(cfg.Fault, cfg.TTL) + 2*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
 		cfg.Duration = min
@@ -691,6 +694,9 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	ttl := p.cfg.TTL
 	cut := p.store.cutTime(p.cfg.Fault, ttl)
 	episode := cut + ttl/2 // the longest episode, and a margin
+	if p.cfg.Fault == FaultRestart {
+		episode = max(episode, p.store.restartFor+ttl/2)
+	}
 	fits := func() time.Time { return deadline.Add(-episode) }
 	wait := func(d time.Duration) { sleep(ctx, d) }
 
@@ -768,9 +774,17 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 		for time.Now().Before(fits()) {
 			wait(ttl / 2)
 			down := ttl * 3 / 2
-			desc, err := p.store.restart(down, func(what string) { p.fault(what, false) })
+			started := func(what string) { p.fault(what, false) }
+			var desc string
+			var err error
+			if p.store.failover != nil {
+				desc, err = p.store.failover(down, started, p.lossFault)
+			} else {
+				desc, err = p.store.restart(down, started)
+			}
 			if err != nil {
 				p.fault("restart failed: "+err.Error(), true)
+				p.faultErr = fmt.Errorf("restart: %w", err)
 				return
 			}
 			p.fault(desc, true)

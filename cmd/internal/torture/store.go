@@ -34,6 +34,16 @@ type Store struct {
 	// down for down, and starts it again; it calls started once the
 	// server is down, and returns a description of what it did.
 	restart func(down time.Duration, started func(what string)) (string, error)
+	// failover, if set, is the restart fault of a store that replicates
+	// asynchronously and promotes a replica when its primary dies: like
+	// restart, but when it kills a primary it calls lost instead of
+	// started, for the primary may have acknowledged what its replicas
+	// never received (see crashOverlap). restartFor is how long such an
+	// episode may take (the failure noticed, a replica promoted, the
+	// killed server back as a replica): a restart plan runs long enough
+	// for one, and for work after it.
+	failover   func(down time.Duration, started, lost func(what string)) (string, error)
+	restartFor time.Duration
 	// empty are the server processes an empty restart kills and brings
 	// back with their saved empty data directories, in start order;
 	// emptyOne: one of them per episode, in turn (a cluster member).
@@ -171,7 +181,7 @@ func (s *Store) notApplicable(f Fault) string {
 			return "no network between the workers and this store"
 		}
 	case FaultRestart:
-		if s.restart == nil {
+		if s.restart == nil && s.failover == nil {
 			return "the tool can restart only servers it started"
 		}
 	case FaultWipe:
