@@ -1,0 +1,238 @@
+package torture
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing/fence/internal/testkit/testserver"
+)
+
+// Redis deployments whose restart fault is a failover: a master killed, a
+// replica promoted in its place, the killed master back as a replica.
+// Redis replicates asynchronously, so a master may die with a lease it
+// acknowledged and never sent on: the kill of a master is marked as a
+// possible loss of the store's state (Store.failover), and only the
+// overlaps such a loss explains are allowed (crashOverlap).
+
+func init() {
+	server := func(name, scheme, about string, open func(env *testserver.Env) (*Store, error)) {
+		// cluster: the no-guard proof runs on it (proofStores).
+		kinds[name] = kind{about: about, scheme: scheme, open: open, cluster: true}
+	}
+	server("redis-sentinel", "redis+sentinel", "a private Redis master with two replicas watched by three Sentinels (the restart fault kills the master, which the Sentinels fail over, then a replica, in turn)", openRedisSentinel)
+	server("redis-cluster-failover", "redis+cluster", "a private Redis Cluster of three masters with a replica each (the restart fault kills the master that holds a lease, whose replica is promoted, then a replica, in turn)", openRedisClusterFailover)
+}
+
+// noEmptyRestart is why restart-empty does not apply to the failover
+// stores: every restart of their servers is empty already, and the saved
+// data directories an empty restart puts back hold the node's role,
+// which the cluster rewrites as it fails over.
+const noEmptyRestart = "every restart here is empty already (no persistence; the restart plan's kills are empty restarts), and putting a saved data directory back would also roll back the node's role, which Sentinel or the Cluster rewrites there"
+
+// A failover episode takes, on this machine: the master's death noticed
+// (SentinelDownAfter, RedisClusterFailoverTimeout), a replica elected and
+// promoted (a second or two), and the killed master started again and
+// turned into a replica (Sentinel: a few of its 1 s periods).
+const (
+	sentinelFailoverFor = 12 * time.Second
+	clusterFailoverFor  = 8 * time.Second
+)
+
+func openRedisSentinel(env *testserver.Env) (*Store, error) {
+	var srv *testserver.RedisSentinelServer
+	if err := env.Do(func(tb testing.TB) { srv = testserver.RedisSentinel(tb, 2, 3) }); err != nil {
+		return nil, err
+	}
+	return sentinelStore(env, srv)
+}
+
+// sentinelStore is the redis-sentinel store on srv.
+func sentinelStore(env *testserver.Env, srv *testserver.RedisSentinelServer) (*Store, error) {
+	u := "redis+sentinel://" + strings.Join(srv.SentinelAddrs(), ",") + "/" + srv.MasterName()
+	master := func() (m *testserver.RedisServer, err error) {
+		err = env.Do(func(testing.TB) { m = srv.Master() })
+		return m, err
+	}
+	n := 0
+	s := &Store{
+		url: func([]string, time.Duration) string { return u },
+		// The client asks the Sentinels for the master's address and
+		// connects to it directly.
+		unproxied: "a Sentinel client connects to the master the Sentinels announce, not through a proxy",
+		failover: func(down time.Duration, started, lost func(string)) (string, error) {
+			m, err := master()
+			if err != nil {
+				return "", err
+			}
+			n++
+			if n%2 == 1 {
+				return sentinelFailover(env, srv, m, lost)
+			}
+			var r *testserver.RedisServer
+			if err := env.Do(func(testing.TB) { r = srv.Replicas()[n/2%2] }); err != nil {
+				return "", err
+			}
+			return restartReplica(env, "redis replica "+r.Addr(), r, down, started, srv.WaitReady)
+		},
+		restartFor: sentinelFailoverFor,
+		wipe: func(ctx context.Context) (string, error) {
+			m, err := master()
+			if err != nil {
+				return "", err
+			}
+			return wipeRedis(m.Addr())(ctx) // the replicas copy it
+		},
+		emptyNA: noEmptyRestart,
+	}
+	return s, s.setUp()
+}
+
+// sentinelFailover kills the master m, waits until the Sentinels have
+// promoted a replica, then starts m again and waits until it is that
+// replica's replica.
+func sentinelFailover(env *testserver.Env, srv *testserver.RedisSentinelServer, m *testserver.RedisServer, lost func(string)) (string, error) {
+	m.Kill()
+	killed := time.Now()
+	lost(fmt.Sprintf("kill redis master %s (SIGKILL): what it acknowledged and its replicas lack is lost", m.Addr()))
+	var promoted *testserver.RedisServer
+	if err := env.Do(func(testing.TB) { promoted = srv.WaitFailover(m) }); err != nil {
+		return "", err
+	}
+	after := time.Since(killed)
+	if err := env.Do(func(testing.TB) { m.Restart(); srv.WaitReady() }); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("the Sentinels promoted %s %v after the kill; %s back as a replica %v after it",
+		promoted.Addr(), after.Round(10*time.Millisecond), m.Addr(), time.Since(killed).Round(10*time.Millisecond)), nil
+}
+
+// restartReplica kills a replica, keeps it down for down, starts it again
+// (empty: it copies its master's data) and waits until ready says the
+// setup is whole again. A replica's death loses nothing a master
+// acknowledged.
+func restartReplica(env *testserver.Env, name string, r *testserver.RedisServer, down time.Duration, started func(string), ready func()) (string, error) {
+	r.Kill()
+	started(fmt.Sprintf("kill %s (SIGKILL), down for %v", name, down))
+	time.Sleep(down)
+	start := time.Now()
+	if err := env.Do(func(testing.TB) { r.Restart(); ready() }); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s back and in sync after %v", name, time.Since(start).Round(10*time.Millisecond)), nil
+}
+
+func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
+	var c *testserver.RedisClusterServer
+	if err := env.Do(func(tb testing.TB) { c = testserver.RedisClusterReplicas(tb, 3, 1) }); err != nil {
+		return nil, err
+	}
+	seeds := "redis+cluster://" + strings.Join(c.Addrs(), ",")
+	masters := func() (ms []*testserver.RedisServer, err error) {
+		err = env.Do(func(testing.TB) { ms = c.Masters() })
+		return ms, err
+	}
+	n := 0
+	s := &Store{
+		url:       func([]string, time.Duration) string { return seeds },
+		unproxied: "a Cluster client connects to the addresses the masters announce, not through a proxy",
+		failover: func(down time.Duration, started, lost func(string)) (string, error) {
+			ms, err := masters()
+			if err != nil {
+				return "", err
+			}
+			m, err := leaseMaster(ms, n/2)
+			if err != nil {
+				return "", err
+			}
+			var rs []*testserver.RedisServer
+			if err := env.Do(func(testing.TB) { rs = c.ReplicasOf(m) }); err != nil {
+				return "", err
+			}
+			if len(rs) == 0 {
+				return "", fmt.Errorf("redis cluster master %s has no replica", m.Addr())
+			}
+			n++
+			if n%2 == 1 {
+				return clusterFailover(env, c, m, rs, lost)
+			}
+			return restartReplica(env, "redis cluster replica "+rs[0].Addr(), rs[0], down, started, c.WaitReady)
+		},
+		restartFor: clusterFailoverFor,
+		wipe: func(ctx context.Context) (string, error) {
+			ms, err := masters()
+			if err != nil {
+				return "", err
+			}
+			var addrs []string
+			for _, m := range ms {
+				addrs = append(addrs, m.Addr())
+			}
+			return wipeRedis(addrs...)(ctx) // each master's replica copies it
+		},
+		emptyNA: noEmptyRestart,
+	}
+	return s, s.setUp()
+}
+
+// clusterFailover kills the master m, waits until one of its replicas rs
+// is promoted in its place, then starts m again and waits until it has
+// rejoined as a replica.
+func clusterFailover(env *testserver.Env, c *testserver.RedisClusterServer, m *testserver.RedisServer, rs []*testserver.RedisServer, lost func(string)) (string, error) {
+	m.Kill()
+	killed := time.Now()
+	lost(fmt.Sprintf("kill redis cluster master %s (SIGKILL): what it acknowledged and its replica lacks is lost", m.Addr()))
+	var promoted *testserver.RedisServer
+	if err := env.Do(func(testing.TB) { promoted = c.WaitFailover(m, rs) }); err != nil {
+		return "", err
+	}
+	after := time.Since(killed)
+	if err := env.Do(func(testing.TB) { m.Restart(); c.WaitReady() }); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("the cluster promoted %s %v after the kill; %s back as a replica %v after it",
+		promoted.Addr(), after.Round(10*time.Millisecond), m.Addr(), time.Since(killed).Round(10*time.Millisecond)), nil
+}
+
+// leaseMaster returns the master of ms that holds a lease of the plan's
+// (a torture key's lock: fence:{torture/...}), so that the kill hits the
+// lease; if none holds one at this moment, ms[turn%len(ms)].
+func leaseMaster(ms []*testserver.RedisServer, turn int) (*testserver.RedisServer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range ms {
+		held, err := holdsLease(ctx, m.Addr())
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster master %s: %w", m.Addr(), err)
+		}
+		if held {
+			return m, nil
+		}
+	}
+	if len(ms) == 0 {
+		return nil, fmt.Errorf("the redis cluster has no master")
+	}
+	return ms[turn%len(ms)], nil
+}
+
+// holdsLease reports whether the server at addr holds a torture key's lock.
+func holdsLease(ctx context.Context, addr string) (bool, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var cursor uint64
+	for {
+		// Lock names end in the key's closing brace; the token counters
+		// and release channels do not.
+		keys, next, err := c.Scan(ctx, cursor, "fence:{torture/*}", 1000).Result()
+		if err != nil || len(keys) > 0 {
+			return len(keys) > 0, err
+		}
+		if cursor = next; cursor == 0 {
+			return false, nil
+		}
+	}
+}
