@@ -16,6 +16,7 @@
 //	rc := testserver.RedisCluster(t, 3)        // rc.Addrs(), rc.Nodes[i]
 //	rs := testserver.RedisSentinel(t, 1, 3)    // rs.MasterName(), rs.SentinelAddrs(), rs.Master()
 //	pg := testserver.Postgres(t)               // pg.DSN(): postgres://postgres@127.0.0.1:P/test?sslmode=disable
+//	pp := testserver.PostgresPair(t, testserver.Synchronous) // pp.Primary(), pp.Standby(), pp.Promote(), pp.Rejoin()
 //	my := testserver.MariaDB(t)                // my.DSN(): root@tcp(127.0.0.1:P)/test
 //	e := testserver.Etcd(t)                    // e.Endpoints()
 //	ec := testserver.EtcdCluster(t, 3)         // ec.Endpoints(), ec.Members[i]
@@ -59,6 +60,12 @@
 //
 // Kill, Stop and Cont may be called from any goroutine; Restart fails the
 // test on error and so must be called from the test goroutine.
+//
+// A PostgresPair fails over when told to: kill its Primary() and Promote
+// the standby, which then takes writes; Rejoin brings the other node back
+// as a standby of the new primary (a fresh pg_basebackup), so that the
+// pair can fail over again. Synchronous replication loses no commit a
+// client saw succeed; Asynchronous can.
 //
 // A RedisSentinel setup fails over for real: kill its Master() and
 // WaitFailover returns the replica the Sentinels promoted, typically a few

@@ -61,41 +61,7 @@ func Postgres(t testing.TB, opts ...Option) *PostgresServer {
 		if err != nil {
 			return err
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		args := []string{
-			"-D", data,
-			"-p", strconv.Itoa(port),
-			"-k", base, // Unix socket directory: short, ours
-			"-c", "listen_addresses=127.0.0.1",
-			"-c", "fsync=off",
-			"-c", "full_page_writes=off",
-			"-c", "max_connections=300",
-			"-c", "log_min_messages=warning",
-		}
-		args = append(args, o.args...)
-		s.Process = newProcess(t, procSpec{
-			name: "postgres",
-			path: bin,
-			args: args,
-			dir:  base,
-			cred: cred,
-			env:  o.clock.env(),
-			port: port,
-			// The whole old server is dead when this runs (Kill waits for
-			// that), so its lock file is stale; if its pid were reused,
-			// postgres could take it for a live postmaster and refuse.
-			prestart: func() error {
-				err := os.Remove(filepath.Join(data, "postmaster.pid"))
-				if errors.Is(err, os.ErrNotExist) {
-					return nil
-				}
-				return err
-			},
-			ping: func(ctx context.Context) error {
-				_, err := pgQuery(ctx, addr, "postgres", "SELECT 1")
-				return err
-			},
-		})
+		s.Process = newPostgresProcess(t, bin, base, data, cred, o, port)
 		return s.start()
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
@@ -104,6 +70,47 @@ func Postgres(t testing.TB, opts ...Option) *PostgresServer {
 		t.Fatalf("testserver: postgres on %s: create database: %v", s.Addr(), err)
 	}
 	return s
+}
+
+// newPostgresProcess prepares (does not start) a postgres on port with
+// data directory data, its socket in base, run as cred, with o's clock
+// and extra arguments.
+func newPostgresProcess(t testing.TB, bin, base, data string, cred *syscall.Credential, o options, port int) *Process {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	args := []string{
+		"-D", data,
+		"-p", strconv.Itoa(port),
+		"-k", base, // Unix socket directory: short, ours
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=300",
+		"-c", "log_min_messages=warning",
+	}
+	args = append(args, o.args...)
+	return newProcess(t, procSpec{
+		name: "postgres",
+		path: bin,
+		args: args,
+		dir:  base,
+		cred: cred,
+		env:  o.clock.env(),
+		port: port,
+		// The whole old server is dead when this runs (Kill waits for
+		// that), so its lock file is stale; if its pid were reused,
+		// postgres could take it for a live postmaster and refuse.
+		prestart: func() error {
+			err := os.Remove(filepath.Join(data, "postmaster.pid"))
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		},
+		ping: func(ctx context.Context) error {
+			_, err := pgQuery(ctx, addr, "postgres", "SELECT 1")
+			return err
+		},
+	})
 }
 
 // unprivileged returns the credential to run PostgreSQL with when the test
