@@ -28,12 +28,6 @@ func init() {
 	server("redis-cluster-failover", "redis+cluster", "a private Redis Cluster of three masters with a replica each (the restart fault kills the master that holds a lease, whose replica is promoted, then a replica, in turn)", openRedisClusterFailover)
 }
 
-// noEmptyRestart is why restart-empty does not apply to the failover
-// stores: every restart of their servers is empty already, and the saved
-// data directories an empty restart puts back hold the node's role,
-// which the cluster rewrites as it fails over.
-const noEmptyRestart = "every restart here is empty already (no persistence; the restart plan's kills are empty restarts), and putting a saved data directory back would also roll back the node's role, which Sentinel or the Cluster rewrites there"
-
 // A failover episode takes, on this machine: the master's death noticed
 // (SentinelDownAfter, RedisClusterFailoverTimeout), a replica elected and
 // promoted (a second or two), and the killed master started again and
@@ -87,9 +81,15 @@ func sentinelStore(env *testserver.Env, srv *testserver.RedisSentinelServer) (*S
 			}
 			return wipeRedis(m.Addr())(ctx) // the replicas copy it
 		},
-		emptyNA: noEmptyRestart,
+		emptyAtOnce: func(lost func(string)) (string, error) {
+			m, err := master()
+			if err != nil {
+				return "", err
+			}
+			return restartAtOnce(env, "redis master "+m.Addr(), m, lost, srv.WaitReady)
+		},
 	}
-	return s, s.setUp()
+	return s, s.atOnceTTL(env, srv.Nodes[len(srv.Nodes)-1], srv.WaitReady)
 }
 
 // sentinelFailover kills the master m, waits until the Sentinels have
@@ -109,6 +109,41 @@ func sentinelFailover(env *testserver.Env, srv *testserver.RedisSentinelServer, 
 	}
 	return fmt.Sprintf("the Sentinels promoted %s %v after the kill; %s back as a replica %v after it",
 		promoted.Addr(), after.Round(10*time.Millisecond), m.Addr(), time.Since(killed).Round(10*time.Millisecond)), nil
+}
+
+// restartAtOnce kills the master m and starts it again at once: no
+// persistence, so it comes back with no data, and sooner than the
+// Sentinels or the Cluster would fail it over, so it is still the master,
+// and its replicas copy its empty dataset. Every lease it held is lost,
+// and its holders believe in it until their next renewal.
+func restartAtOnce(env *testserver.Env, name string, m *testserver.RedisServer, lost func(string), ready func()) (string, error) {
+	m.Kill()
+	lost(fmt.Sprintf("kill %s (SIGKILL) and start it again at once: it comes back empty", name))
+	start := time.Now()
+	if err := env.Do(func(testing.TB) { m.Restart() }); err != nil {
+		return "", err
+	}
+	back := time.Since(start)
+	if err := env.Do(func(testing.TB) { ready() }); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("back empty after %v, its replicas in sync with it after %v",
+		back.Round(10*time.Millisecond), time.Since(start).Round(10*time.Millisecond)), nil
+}
+
+// atOnceTTL sets the store up, and its restart-empty plans' TTL from the
+// time replica r (a server like the masters) takes to start again:
+// holders' leases must outlast a master's restart.
+func (s *Store) atOnceTTL(env *testserver.Env, r *testserver.RedisServer, ready func()) error {
+	if err := s.setUp(); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := env.Do(func(testing.TB) { r.Restart() }); err != nil {
+		return err
+	}
+	s.emptyTTL = min(maxEmptyTTL, (3 * time.Since(start)).Round(100*time.Millisecond))
+	return env.Do(func(testing.TB) { ready() })
 }
 
 // restartReplica kills a replica, keeps it down for down, starts it again
@@ -174,9 +209,23 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 			}
 			return wipeRedis(addrs...)(ctx) // each master's replica copies it
 		},
-		emptyNA: noEmptyRestart,
+		emptyAtOnce: func(lost func(string)) (string, error) {
+			ms, err := masters()
+			if err != nil {
+				return "", err
+			}
+			m, err := leaseMaster(ms, 0)
+			if err != nil {
+				return "", err
+			}
+			return restartAtOnce(env, "redis cluster master "+m.Addr(), m, lost, c.WaitReady)
+		},
 	}
-	return s, s.setUp()
+	var r *testserver.RedisServer
+	if err := env.Do(func(testing.TB) { r = c.ReplicasOf(c.Masters()[0])[0] }); err != nil {
+		return nil, err
+	}
+	return s, s.atOnceTTL(env, r, c.WaitReady)
 }
 
 // clusterFailover kills the master m, waits until one of its replicas rs

@@ -56,6 +56,12 @@ type Store struct {
 	emptyBare bool
 	emptyN    int
 	emptyName string
+	// emptyAtOnce, if set, is the empty restart of a store whose servers
+	// keep nothing on disk, so that any restart is empty: it kills a
+	// server (or one member), calls lost, and starts it again at once on
+	// its own directory, which keeps what the server is (its role, its
+	// cluster configuration) and no data. empty is not used then.
+	emptyAtOnce func(lost func(what string)) (string, error)
 	// emptyTTL is the TTL a restart-empty plan needs for the server to be
 	// back within a holder's validity: a few times its start time.
 	emptyTTL time.Duration
@@ -195,7 +201,7 @@ func (s *Store) notApplicable(f Fault) string {
 		if s.emptyNA != "" {
 			return s.emptyNA
 		}
-		if len(s.empty) == 0 {
+		if len(s.empty) == 0 && s.emptyAtOnce == nil {
 			return "the tool can empty only servers it started"
 		}
 	case FaultClockJump:
@@ -385,6 +391,9 @@ func (s *Store) saveEmptyOne(name string, ps ...*testserver.Process) error {
 // restartEmpty kills the store's servers (or one member), puts back their
 // empty data directories and starts them again at once.
 func (s *Store) restartEmpty(lost func(what string)) (string, error) {
+	if s.emptyAtOnce != nil {
+		return s.emptyAtOnce(lost)
+	}
 	ps, name := s.empty, s.emptyName
 	if s.emptyOne {
 		i := s.emptyN % len(ps)
