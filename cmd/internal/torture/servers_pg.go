@@ -1,0 +1,92 @@
+package torture
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencing/fence/internal/testkit/testserver"
+)
+
+// A PostgreSQL primary with a synchronous streaming standby, in lease
+// mode, whose restart fault is a failover: the primary killed, the
+// standby promoted, the killed node back as a standby of the new primary.
+//
+// Replication is synchronous (testserver.Synchronous): a commit returns
+// once the standby has it, so a promoted standby has every lease,
+// renewal and token a worker was told of, and the kill is no loss of the
+// store's state (no crashOverlap allowance). The price is availability:
+// from the promotion until the old primary streams again from the new
+// one, the new primary commits nothing, and grants, renewals and
+// releases wait. Asynchronous replication would lose the last commits;
+// docs/postgres.md says what that does to leases and tokens.
+
+func init() {
+	kinds["postgres-failover"] = kind{
+		about:  "a private PostgreSQL primary with a synchronous streaming standby, lease mode (the restart fault kills the primary, promotes the standby and brings the killed node back as its standby)",
+		scheme: "postgres",
+		open:   openPostgresFailover,
+		// cluster: the no-guard proof runs on it (proofStores).
+		cluster: true,
+	}
+}
+
+// pgFailoverFor is how long a failover episode may take here: the
+// promotion (well under a second) and the killed node copied from the new
+// primary, started and streaming (one to three seconds on two loaded
+// cores), with room to spare.
+const pgFailoverFor = 6 * time.Second
+
+func openPostgresFailover(env *testserver.Env) (*Store, error) {
+	var pr *testserver.PostgresPairServer
+	if err := env.Do(func(tb testing.TB) { pr = testserver.PostgresPair(tb, testserver.Synchronous) }); err != nil {
+		return nil, err
+	}
+	return pgPairStore(pr)
+}
+
+// pgPairStore is the postgres-failover store on pr.
+func pgPairStore(pr *testserver.PostgresPairServer) (*Store, error) {
+	db := pr.Primary().Database()
+	// Both nodes, in a fixed order: pgx tries them in turn and keeps the
+	// one that takes writes, wherever the primary is now.
+	dsn := func(addrs []string) string {
+		return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable&target_session_attrs=read-write", strings.Join(addrs, ","), db)
+	}
+	s := &Store{
+		addrs:       pr.Addrs(),
+		url:         func(a []string, _ time.Duration) string { return dsn(a) },
+		restart:     func(_ time.Duration, started func(string)) (string, error) { return pgFailover(pr, started, nil) },
+		restartFor:  pgFailoverFor,
+		wipe:        wipePostgres(dsn(pr.Addrs())), // on the primary; the standby copies it
+		emptyNA:     "the restart plan brings the killed primary back empty already (a fresh copy of the new primary); a node that came back empty as the primary would be a store that lost everything, which the postgres store's restart-empty plan shows",
+		clockNA:     "the pair runs on the machine's clock: the postgres store's clock-jump plan moves a PostgreSQL's clock, and a failover between two clocks is docs/postgres.md's clock assumption",
+		partitionNA: "two servers and no failover manager: a standby cut off only stalls the primary's commits, and nothing promotes it while the primary lives",
+	}
+	return s, s.setUp()
+}
+
+// pgFailover kills the primary, promotes the standby, and brings the
+// killed node back as the new primary's standby. The kill is reported to
+// started; promoted, if set, runs on the new primary before Rejoin.
+func pgFailover(pr *testserver.PostgresPairServer, started func(string), promoted func(*testserver.PostgresServer) error) (string, error) {
+	old, next := pr.Primary(), pr.Standby()
+	old.Kill()
+	killed := time.Now()
+	started(fmt.Sprintf("kill the primary %s (SIGKILL) and promote the standby %s", old.Addr(), next.Addr()))
+	if _, err := pr.Promote(); err != nil {
+		return "", err
+	}
+	after := time.Since(killed)
+	if promoted != nil {
+		if err := promoted(next); err != nil {
+			return "", err
+		}
+	}
+	if err := pr.Rejoin(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s promoted %v after the kill; %s back as its %s standby %v after it",
+		next.Addr(), after.Round(10*time.Millisecond), old.Addr(), pr.Mode(), time.Since(killed).Round(10*time.Millisecond)), nil
+}
