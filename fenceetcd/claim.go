@@ -148,21 +148,27 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 // process's session gave it, which this session does not own: its
 // Release compares the create revision.
 //
-// If etcd cannot answer (an election, no reachable member), or ctx ends
-// first, Release returns the error and the driver goes on releasing in
-// the background, every second, until it lands, finds the entry gone, or
-// the Store closes (retry.Until): the session's keepalive outlives the
+// If etcd cannot answer (an election, no reachable member) within
+// retry.Attempt, or ctx ends first, Release returns the error and the
+// driver goes on releasing in
+// the background, every second, each attempt bounded (a delete that
+// etcd holds in an election would otherwise keep the entry for seconds),
+// until it lands, finds the entry gone, or the Store closes
+// (retry.Until): the session's keepalive outlives the
 // outage, and with it the entry, which would keep the key held, by a
 // lease its holder released, for as long as the session lives. Until
 // then the entry's slot stays the claim's.
 func (c *claim) Release(ctx context.Context) error {
 	defer c.stopWatch()
-	err := c.release(ctx)
-	if err == nil || errors.Is(err, fence.ErrNotHeld) || ctx.Err() == nil && !passing(err) {
+	attempt, cancel := context.WithTimeout(ctx, retry.Attempt)
+	err := c.release(attempt)
+	late := attempt.Err() != nil && ctx.Err() == nil
+	cancel()
+	if err == nil || errors.Is(err, fence.ErrNotHeld) || ctx.Err() == nil && !late && !passing(err) {
 		return err
 	}
 	c.d.wg.Go(func() {
-		retry.Until(c.d.ctx, func() error { return c.release(c.d.ctx) },
+		retry.Until(c.d.ctx, c.release,
 			func(err error) bool { return !errors.Is(err, fence.ErrNotHeld) && passing(err) })
 	})
 	return fmt.Errorf("%w (releasing goes on in the background)", err)

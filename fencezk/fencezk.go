@@ -579,7 +579,11 @@ func (d *Store) abandonPrefix(parent, prefix string) {
 // second while ZooKeeper cannot answer, until it succeeds or fails
 // otherwise (zk.ErrNoNode: gone already, with its session maybe) or the
 // driver is closed.
-func (d *Store) retryGone(del func() error) { retry.Until(d.ctx, del, d.passing) }
+func (d *Store) retryGone(del func() error) {
+	// A ZooKeeper call takes no context; the client bounds it by the
+	// session's timeout.
+	retry.Until(d.ctx, func(context.Context) error { return del() }, d.passing)
+}
 
 // await runs fn, a ZooKeeper call that takes no context, and returns its
 // error, or ctx's if ctx ends first. In that case fn still completes in

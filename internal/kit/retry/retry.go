@@ -13,14 +13,24 @@ import (
 // Interval is how long Until waits between attempts.
 const Interval = time.Second
 
-// Until runs op, and again every Interval while passing says its error
-// is one the store may get over (it could not answer for now), until op
-// succeeds, fails otherwise (the entry is gone already, with its
-// session maybe), or ctx ends (the driver closed).
-func Until(ctx context.Context, op func() error, passing func(error) bool) {
+// Attempt bounds each attempt. A store may hold a request it cannot
+// answer for seconds (etcd times out a proposal lost in an election only
+// after 5 s and two election timeouts): the next attempt, on a store that
+// has a leader again, must not wait behind it.
+const Attempt = 2 * time.Second
+
+// Until runs op with a context that ends after Attempt, and again every
+// Interval while its error is one the store may get over (passing says
+// which; an attempt that ran out of time is one) until op succeeds, fails
+// otherwise (the entry is gone already, with its session maybe), or ctx
+// ends (the driver closed).
+func Until(ctx context.Context, op func(ctx context.Context) error, passing func(error) bool) {
 	for {
-		err := op()
-		if err == nil || !passing(err) {
+		attempt, cancel := context.WithTimeout(ctx, Attempt)
+		err := op(attempt)
+		late := attempt.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil || !(late || passing(err)) {
 			return
 		}
 		select {

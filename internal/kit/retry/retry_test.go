@@ -35,7 +35,7 @@ func TestUntil(t *testing.T) {
 				}
 				n := 0
 				start := time.Now()
-				Until(ctx, func() error {
+				Until(ctx, func(context.Context) error {
 					if got, want := time.Since(start), time.Duration(n)*Interval; got != want {
 						t.Errorf("attempt %d at %v, want %v", n+1, got, want)
 					}
@@ -51,4 +51,28 @@ func TestUntil(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestUntilBoundsAnAttempt: an attempt the store holds (it answers only
+// when the attempt's context ends) gives way to the next after Attempt,
+// and the next, answered, ends the retries.
+func TestUntilBoundsAnAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		n := 0
+		Until(context.Background(), func(ctx context.Context) error {
+			n++
+			if n == 1 {
+				<-ctx.Done() // held: never answered in time
+				return ctx.Err()
+			}
+			return nil
+		}, func(error) bool { return false }) // nothing else is passing
+		if n != 2 {
+			t.Fatalf("%d attempts, want 2: a held attempt must be retried", n)
+		}
+		if got, want := time.Since(start), Attempt+Interval; got != want {
+			t.Errorf("second attempt done at %v, want %v", got, want)
+		}
+	})
 }
