@@ -20,6 +20,10 @@ func TestClusterLeaderLoss(t *testing.T) {
 		Holder: newFence(t, newDriver(t, cluster.Endpoints())),
 		Waiter: newFence(t, newDriver(t, cluster.Endpoints())),
 		TTL:    ttl,
+		// An election takes about a second; the holder's release must
+		// not wait out etcd's own request timeout (5 s and two election
+		// timeouts) before it goes on in the background.
+		GrantWithin: 5 * time.Second,
 		// Every write goes through the one Raft leader.
 		KillLeader: func(t *testing.T, _ string) func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -28,6 +28,8 @@ func TestEnsembleLeaderLoss(t *testing.T) {
 	holder, waiter := dial(), dial()
 	leaderloss.Run(t, leaderloss.Cluster{
 		Holder: holder, Waiter: waiter, TTL: ttl,
+		// An election takes about a second.
+		GrantWithin: 5 * time.Second,
 		// Every write of the ensemble goes through its one leader.
 		KillLeader: func(t *testing.T, _ string) func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

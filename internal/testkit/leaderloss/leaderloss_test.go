@@ -17,7 +17,8 @@ const envChild = "LEADERLOSS_SELFTEST"
 // TestChecksCanFail runs the checks, each in a child process, on fencemem
 // with a "leader kill" that does nothing (they must pass) and with one
 // that forgets the held key, as a store whose failover loses an
-// acknowledged write (they must fail, naming two holders at once).
+// acknowledged write (they must fail, naming two holders at once), and
+// with a bound on the next grant that no store meets (it must fail).
 func TestChecksCanFail(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -25,6 +26,7 @@ func TestChecksCanFail(t *testing.T) {
 	}{
 		{"sound", ""},
 		{"forgets", "while its holder (token"},
+		{"slow", "after the kill, beyond"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.v")
@@ -34,7 +36,7 @@ func TestChecksCanFail(t *testing.T) {
 			case c.fail == "" && err != nil:
 				t.Fatalf("the checks fail a sound store: %v\n%s", err, out)
 			case c.fail != "" && err == nil:
-				t.Fatalf("the checks pass a store that forgets a held key on failover:\n%s", out)
+				t.Fatalf("the checks pass a store that should fail them (%s):\n%s", c.name, out)
 			case c.fail != "" && !strings.Contains(string(out), c.fail):
 				t.Fatalf("the checks failed, but not with %q:\n%s", c.fail, out)
 			}
@@ -56,10 +58,15 @@ func TestChild(t *testing.T) {
 	if mode == "forgets" {
 		ttl = 5 * time.Second
 	}
+	var within time.Duration
+	if mode == "slow" {
+		within = time.Nanosecond // beyond any store
+	}
 	leaderloss.Run(t, leaderloss.Cluster{
-		Holder: fence.New(store, fence.WithTTL(ttl)),
-		Waiter: fence.New(store, fence.WithTTL(ttl)),
-		TTL:    ttl,
+		Holder:      fence.New(store, fence.WithTTL(ttl)),
+		Waiter:      fence.New(store, fence.WithTTL(ttl)),
+		TTL:         ttl,
+		GrantWithin: within,
 		KillLeader: func(t *testing.T, key string) func() {
 			if mode == "forgets" {
 				store.Delete(key)
