@@ -275,7 +275,11 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 		cfg.Duration = store.restartFor + 3*cfg.TTL // a failover, and work after it
 	}
 	// Room for one fault episode at least.
-	if min := store.cutTime(cfg.Fault, cfg.TTL) + 2*cfg.TTL; cfg.Fault != FaultNone && cfg.Duration < min {
+	min := store.cutTime(cfg.Fault, cfg.TTL) + 2*cfg.TTL
+	if cfg.Fault == FaultPartition {
+		min += time.Duration(cfg.Writes) * cfg.Work // a holder to strand: a lease's length
+	}
+	if cfg.Fault != FaultNone && cfg.Duration < min {
 		cfg.Duration = min
 	}
 	r := &Result{Store: store.Name, Fault: cfg.Fault, Kind: cfg.Kind, Guard: !cfg.NoGuard, TTL: cfg.TTL}
