@@ -59,7 +59,8 @@ type Event struct {
 	Res   string `json:"res,omitempty"`
 	Err   string `json:"err,omitempty"`
 	// Valid is, for an acquire's ret, the lease's local validity left when
-	// the worker got it (Lease.ValidFor), in nanoseconds.
+	// the worker got it (Lease.ValidFor), in nanoseconds; validUnknown
+	// where the holder does not say (fence run).
 	Valid int64 `json:"valid,omitempty"`
 	// Fault describes a fault event ("pause worker 2", "heal").
 	Fault string `json:"fault,omitempty"`
@@ -68,4 +69,9 @@ type Event struct {
 	// Loss marks the moment the store lost its state (an empty restart,
 	// a wipe).
 	Loss bool `json:"loss,omitempty"`
+	// PIDs are, in a fence-run worker's events, the processes that hold
+	// its lease: fence run's, then its command's (runworker.go).
+	PIDs []int `json:"pids,omitempty"`
+	// Run is, in an OpRun event, how a fence run ended.
+	Run *RunEnd `json:"run,omitempty"`
 }

@@ -177,6 +177,10 @@ type Config struct {
 	Seed         uint64
 	// Progress, if set, receives a line per fault injected.
 	Progress io.Writer
+	// Worker is what holds the leases; default WorkerLibrary. Fence is
+	// the fence binary WorkerFenceRun runs (BuildFence).
+	Worker WorkerKind
+	Fence  string
 
 	// guardWait, if set, is a wait in the postgres register's write
 	// between the guard's check and the write: a slow write.
@@ -238,6 +242,12 @@ func (c *Config) defaults() {
 			// it releases before the cut reaches it.
 			c.Writes = int(2*c.TTL/c.Work) + 1
 		}
+		if c.Worker == WorkerFenceRun {
+			// A fence run's command must still be writing when its
+			// fence run, paused for two TTLs, wakes and loses the
+			// lease: or there is nothing for fence run to stop.
+			c.Writes = int(3*c.TTL/c.Work) + 1
+		}
 	}
 	if c.Register == "" {
 		c.Register = RegisterMemory
@@ -250,6 +260,9 @@ func (c *Config) defaults() {
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
+	}
+	if c.Worker == "" {
+		c.Worker = WorkerLibrary
 	}
 	if c.Command == nil {
 		c.Command = func() *exec.Cmd {
@@ -283,6 +296,12 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 		cfg.Duration = min
 	}
 	r := &Result{Store: store.Name, Fault: cfg.Fault, Kind: cfg.Kind, Guard: !cfg.NoGuard, TTL: cfg.TTL}
+	if cfg.Worker == WorkerFenceRun {
+		if cfg.Kind != KindLock || cfg.Fence == "" {
+			return nil, fmt.Errorf("the fence-run worker takes locks (not %s), with Config.Fence set (%q)", cfg.Kind, cfg.Fence)
+		}
+		r.Store += " (fence run)"
+	}
 	if cfg.Kind == KindSemaphore {
 		r.Limit = cfg.Limit
 	}
@@ -321,6 +340,8 @@ type plan struct {
 	// faultErr is why a fault could not be injected: the plan proves
 	// nothing then, and fails.
 	faultErr error
+	// runPauses counts a fence-run plan's pauses (signalFenceRun).
+	runPauses int
 }
 
 // slot is a place for one worker, with its own proxies to the store's
@@ -340,6 +361,7 @@ type proc struct {
 	done    chan struct{} // closed when it exited and its events are read
 	holding bool          // guarded by plan.mu
 	stopped bool          // SIGSTOPped; guarded by plan.mu
+	run     runProc       // a fence-run worker's; guarded by plan.mu
 }
 
 func (p *plan) run(ctx context.Context, r *Result) (err error) {
@@ -439,6 +461,9 @@ func (p *plan) run(ctx context.Context, r *Result) (err error) {
 	p.mu.Unlock()
 	writeHistory(filepath.Join(cfg.LogDir, fmt.Sprintf("%s-%s-history.jsonl", p.name(), guardName(r.Guard))), events, applied)
 	analyze(r, events, applied, end, cfg.CheckTimeout)
+	if cfg.Worker == WorkerFenceRun {
+		r.Violations = append(r.Violations, checkFenceRun(events, cfg.TTL)...)
+	}
 	if r.Linearizable != "Ok" && cfg.HTMLDir != "" {
 		_ = os.MkdirAll(cfg.HTMLDir, 0o755)
 		path := filepath.Join(cfg.HTMLDir, fmt.Sprintf("torture-%s-%s.html", p.name(), guardName(r.Guard)))
@@ -475,6 +500,9 @@ func writeHistory(path string, events []Event, applied []Applied) {
 // name names the plan's files: the store and the fault, and the lease
 // kind but for locks (whose files keep the names they always had).
 func (p *plan) name() string {
+	if p.cfg.Worker == WorkerFenceRun {
+		return fmt.Sprintf("%s-fence-run-%s", safeName(p.store.Name), p.cfg.Fault)
+	}
 	if p.cfg.Kind == KindLock {
 		return fmt.Sprintf("%s-%s", safeName(p.store.Name), p.cfg.Fault)
 	}
@@ -540,6 +568,8 @@ func (p *plan) spawn(s *slot) error {
 		Writes:   p.cfg.Writes,
 		Work:     p.cfg.Work,
 		Seed:     p.cfg.Seed,
+		Worker:   p.cfg.Worker,
+		Fence:    p.cfg.Fence,
 	}
 	js, _ := json.Marshal(wc)
 	cmd := p.cfg.Command()
@@ -588,6 +618,7 @@ func (p *plan) read(s *slot, pr *proc, stdout io.Reader) {
 		e.W = pr.id
 		p.mu.Lock()
 		p.events = append(p.events, e)
+		p.noteRun(pr, e)
 		switch {
 		case e.Op == OpAcquire && e.Ph == Ret && e.Res == ResOK:
 			pr.holding = true
@@ -722,7 +753,7 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 				wait(p.jitter(p.cfg.Work / 2)) // into the slow step before a write
 			}
 			p.signal(pr, syscall.SIGSTOP)
-			p.fault(fmt.Sprintf("pause worker %d (SIGSTOP) for %v", pr.id, cut), false)
+			p.fault(fmt.Sprintf("pause %s (SIGSTOP) for %v", p.holderName(pr), cut), false)
 			time.Sleep(cut)
 			p.signal(pr, syscall.SIGCONT)
 			p.fault(fmt.Sprintf("resume worker %d (SIGCONT)", pr.id), true)
@@ -762,6 +793,11 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 				break
 			}
 			wait(p.jitter(time.Duration(p.cfg.Writes) * p.cfg.Work))
+			if p.cfg.Worker == WorkerFenceRun {
+				p.killFenceRun(ctx, pr) // the holder is fence run; its worker goes on
+				wait(ttl)
+				continue
+			}
 			p.record(Event{W: pr.id, Op: OpKill})
 			_ = pr.cmd.Process.Kill()
 			p.fault(fmt.Sprintf("kill worker %d (SIGKILL)", pr.id), false)
@@ -926,6 +962,10 @@ func (p *plan) each(s *slot, f func(*faultproxy.Proxy)) {
 }
 
 func (p *plan) signal(pr *proc, sig syscall.Signal) {
+	if p.cfg.Worker == WorkerFenceRun {
+		p.signalFenceRun(pr, sig)
+		return
+	}
 	p.mu.Lock()
 	pr.stopped = sig == syscall.SIGSTOP
 	p.mu.Unlock()

@@ -43,6 +43,8 @@ type workerConfig struct {
 	Writes   int           `json:"writes"`
 	Work     time.Duration `json:"work"`
 	Seed     uint64        `json:"seed"`
+	Worker   WorkerKind    `json:"worker,omitempty"` // Config.Worker
+	Fence    string        `json:"fence,omitempty"`  // Config.Fence
 }
 
 // WorkerMain runs a torture worker and returns its exit status. It loops
@@ -63,11 +65,17 @@ func WorkerMain() int {
 		fmt.Fprintf(os.Stderr, "torture worker: bad %s: %v\n", WorkerEnv, err)
 		return 2
 	}
+	if os.Getenv(commandEnv) != "" {
+		return commandMain() // a fence-run worker's command
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin) // returns when the parent closes it or dies
 		stop()
 	}()
+	if cfg.Worker == WorkerFenceRun {
+		return fenceRunWorker(ctx, cfg)
+	}
 	// The store or the register may be down when the worker starts (the
 	// restart fault): try until they answer.
 	var (
