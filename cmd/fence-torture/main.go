@@ -20,6 +20,7 @@
 //	              [--kind lock|semaphore|rw,...] [--limit 2]
 //	              [--workers 3] [--writes 3] [--ttl 1s] [--duration 6s]
 //	              [--no-guard] [--html DIR] [--json|--markdown]
+//	              [--worker library|fence-run [--fence PATH]]
 //
 // See docs/reliability.md.
 package main
@@ -108,6 +109,8 @@ Flags:
 	fs.DurationVar(&o.cfg.Duration, "duration", 6*time.Second, "how long each plan runs")
 	fs.DurationVar(&o.cfg.Work, "work", 30*time.Millisecond, "the slow step between a worker's lease check and each write")
 	fs.BoolVar(&o.cfg.NoGuard, "no-guard", false, "writes bypass the fencing token check (shows what fencing prevents)")
+	worker := fs.String("worker", "library", "what holds the leases: library (the worker, through the fence library) or fence-run (the fence command, with the writes made by the command it runs; locks only)")
+	fs.StringVar(&o.cfg.Fence, "fence", "", "the fence binary the fence-run worker runs (default: build cmd/fence from this checkout, with go build)")
 	fs.StringVar(&o.cfg.Register, "register", torture.RegisterPostgres,
 		"the fenced register: postgres (a table guarded by fencepg's guard), postgres-guard-only (the same without the register's own row lock: only the guard orders writes) or memory (served by this process, guarded by a fence.MemoryGuard)")
 	fs.StringVar(&o.cfg.RegisterDSN, "register-dsn", "", "PostgreSQL URL for the postgres register (default: start a private PostgreSQL)")
@@ -146,7 +149,16 @@ Flags:
 		}
 		o.kinds = append(o.kinds, k)
 	}
+	wk, err := torture.ParseWorkerKind(*worker)
+	if err != nil {
+		return nil, err
+	}
+	o.cfg.Worker = wk
 	switch {
+	case o.cfg.Worker == torture.WorkerFenceRun && slices.ContainsFunc(o.kinds, func(k torture.LeaseKind) bool { return k != torture.KindLock }):
+		return nil, errors.New("--worker fence-run takes locks only: fence run has no semaphores or reader-writer locks")
+	case o.cfg.Fence != "" && o.cfg.Worker != torture.WorkerFenceRun:
+		return nil, errors.New("--fence is for --worker fence-run")
 	case o.cfg.Register != torture.RegisterMemory && o.cfg.Register != torture.RegisterPostgres && o.cfg.Register != torture.RegisterPostgresGuardOnly:
 		return nil, fmt.Errorf("--register %q: want postgres, postgres-guard-only or memory", o.cfg.Register)
 	case len(o.stores) == 0:
@@ -199,6 +211,19 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.cfg.LogDir == "" {
 		if o.cfg.LogDir, err = os.MkdirTemp("", "fence-torture-"); err != nil {
 			fmt.Fprintf(stderr, "fence-torture: %v\n", err)
+			return exitFailed
+		}
+	}
+	if o.cfg.Worker == torture.WorkerFenceRun && o.cfg.Fence == "" {
+		dir, err := os.MkdirTemp("", "fence-torture-bin-")
+		if err != nil {
+			fmt.Fprintf(stderr, "fence-torture: %v\n", err)
+			return exitFailed
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintf(stderr, "fence-torture: building fence for the fence-run worker ...\n")
+		if o.cfg.Fence, err = torture.BuildFence(dir); err != nil {
+			fmt.Fprintf(stderr, "fence-torture: %v (or give --fence PATH)\n", err)
 			return exitFailed
 		}
 	}
