@@ -151,19 +151,24 @@ func fenceRunWorker(ctx context.Context, cfg workerConfig) int {
 	w.emit(Event{Op: OpReady})
 	for ctx.Err() == nil {
 		key := cfg.Keys[w.rng.IntN(len(cfg.Keys))]
-		if err := w.fenceRun(ctx, self, key); err != nil {
+		failed, err := w.fenceRun(ctx, self, key)
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "torture worker %d: %v\n", cfg.ID, err)
 			return 1
+		}
+		if failed {
+			sleep(ctx, cfg.TTL/4) // the store may be down: do not spin
 		}
 		sleep(ctx, time.Duration(w.rng.Int64N(int64(cfg.Work)+1)))
 	}
 	return 0
 }
 
-// fenceRun runs one fence run on key and records it. An error is the
-// worker's own failure (fence run could not be started): the worker
-// ends, and the plan with it.
-func (w *worker) fenceRun(ctx context.Context, self, key string) error {
+// fenceRun runs one fence run on key and records it. It reports whether
+// fence run failed to acquire for another reason than the end of its
+// wait (the store failed). An error is the worker's own failure (fence
+// run could not be started): the worker ends, and the plan with it.
+func (w *worker) fenceRun(ctx context.Context, self, key string) (failed bool, err error) {
 	ttl := w.cfg.TTL
 	id := w.ids.Add(1)
 	first := w.ids.Add(commandIDs) - commandIDs + 1
@@ -182,13 +187,13 @@ func (w *worker) fenceRun(ctx context.Context, self, key string) error {
 	// the command in a process group of its own.
 	outR, outW, err := os.Pipe() // the command's events: fence run gives it its standard output
 	if err != nil {
-		return err
+		return false, err
 	}
 	errR, errW, err := os.Pipe() // fence run's events, and the command's standard error
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return err
+		return false, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	// fence run dies with this worker, and its command with it.
@@ -217,7 +222,7 @@ func (w *worker) fenceRun(ctx context.Context, self, key string) error {
 		outR.Close()
 		errR.Close()
 		w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, Key: key, Res: ResFail, Err: err.Error()})
-		return fmt.Errorf("starting %s: %w", w.cfg.Fence, err)
+		return false, fmt.Errorf("starting %s: %w", w.cfg.Fence, err)
 	}
 	fencePID := cmd.Process.Pid
 
@@ -310,7 +315,7 @@ func (w *worker) fenceRun(ctx context.Context, self, key string) error {
 			err += ": " + context.DeadlineExceeded.Error() // --wait ran out
 		}
 		w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, T: died, Key: key, Res: ResFail, Err: err})
-	default:
+		failed = !stopped && end.Exit != 75
 		if relID == 0 { // killed before its command ended
 			relID = w.ids.Add(1)
 			w.emit(Event{Op: OpRelease, Ph: Call, ID: relID, T: died, Key: key, Token: token})
@@ -325,7 +330,7 @@ func (w *worker) fenceRun(ctx context.Context, self, key string) error {
 		w.emit(Event{Op: OpRelease, Ph: Ret, ID: relID, T: died, Key: key, Token: token, Res: res, Err: why})
 	}
 	w.emit(Event{Op: OpRun, Key: key, Token: token, Run: &end})
-	return nil
+	return failed, nil
 }
 
 // forwardCommand passes the command's events on as the worker's own.
