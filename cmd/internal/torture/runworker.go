@@ -316,6 +316,7 @@ func (w *worker) fenceRun(ctx context.Context, self, key string) (failed bool, e
 		}
 		w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, T: died, Key: key, Res: ResFail, Err: err})
 		failed = !stopped && end.Exit != 75
+	default:
 		if relID == 0 { // killed before its command ended
 			relID = w.ids.Add(1)
 			w.emit(Event{Op: OpRelease, Ph: Call, ID: relID, T: died, Key: key, Token: token})
