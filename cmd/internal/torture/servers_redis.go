@@ -28,10 +28,10 @@ func init() {
 	server("redis-cluster-failover", "redis+cluster", "a private Redis Cluster of three masters with a replica each (the restart fault kills the master that holds a lease, whose replica is promoted, then a replica, in turn)", openRedisClusterFailover)
 }
 
-// A failover episode takes, on this machine: the master's death noticed
-// (SentinelDownAfter, RedisClusterFailoverTimeout), a replica elected and
-// promoted (a second or two), and the killed master started again and
-// turned into a replica (Sentinel: a few of its 1 s periods).
+// A failover episode is the master's death noticed (SentinelDownAfter,
+// RedisClusterFailoverTimeout), a replica elected and promoted, and the
+// killed master started again and turned into a replica (by the
+// Sentinels, on their periods); docs/reliability.md has the times.
 const (
 	sentinelFailoverFor = 12 * time.Second
 	clusterFailoverFor  = 8 * time.Second
@@ -180,7 +180,7 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 			if err != nil {
 				return "", err
 			}
-			m, err := leaseMaster(ms, n/2)
+			m, which, err := leaseMaster(ms, n/2)
 			if err != nil {
 				return "", err
 			}
@@ -193,7 +193,7 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 			}
 			n++
 			if n%2 == 1 {
-				return clusterFailover(env, c, m, rs, lost)
+				return clusterFailover(env, c, m, which, rs, lost)
 			}
 			return restartReplica(env, "redis cluster replica "+rs[0].Addr(), rs[0], down, started, c.WaitReady)
 		},
@@ -214,11 +214,11 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 			if err != nil {
 				return "", err
 			}
-			m, err := leaseMaster(ms, 0)
+			m, which, err := leaseMaster(ms, 0)
 			if err != nil {
 				return "", err
 			}
-			return restartAtOnce(env, "redis cluster master "+m.Addr(), m, lost, c.WaitReady)
+			return restartAtOnce(env, "redis cluster master "+m.Addr()+" ("+which+")", m, lost, c.WaitReady)
 		},
 	}
 	var r *testserver.RedisServer
@@ -231,10 +231,10 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 // clusterFailover kills the master m, waits until one of its replicas rs
 // is promoted in its place, then starts m again and waits until it has
 // rejoined as a replica.
-func clusterFailover(env *testserver.Env, c *testserver.RedisClusterServer, m *testserver.RedisServer, rs []*testserver.RedisServer, lost func(string)) (string, error) {
+func clusterFailover(env *testserver.Env, c *testserver.RedisClusterServer, m *testserver.RedisServer, which string, rs []*testserver.RedisServer, lost func(string)) (string, error) {
 	m.Kill()
 	killed := time.Now()
-	lost(fmt.Sprintf("kill redis cluster master %s (SIGKILL): what it acknowledged and its replica lacks is lost", m.Addr()))
+	lost(fmt.Sprintf("kill redis cluster master %s (%s) (SIGKILL): what it acknowledged and its replica lacks is lost", m.Addr(), which))
 	var promoted *testserver.RedisServer
 	if err := env.Do(func(testing.TB) { promoted = c.WaitFailover(m, rs) }); err != nil {
 		return "", err
@@ -249,23 +249,24 @@ func clusterFailover(env *testserver.Env, c *testserver.RedisClusterServer, m *t
 
 // leaseMaster returns the master of ms that holds a lease of the plan's
 // (a torture key's lock: fence:{torture/...}), so that the kill hits the
-// lease; if none holds one at this moment, ms[turn%len(ms)].
-func leaseMaster(ms []*testserver.RedisServer, turn int) (*testserver.RedisServer, error) {
+// lease; if none holds one at this moment, ms[turn%len(ms)]. which says
+// which of the two it is.
+func leaseMaster(ms []*testserver.RedisServer, turn int) (m *testserver.RedisServer, which string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, m := range ms {
 		held, err := holdsLease(ctx, m.Addr())
 		if err != nil {
-			return nil, fmt.Errorf("redis cluster master %s: %w", m.Addr(), err)
+			return nil, "", fmt.Errorf("redis cluster master %s: %w", m.Addr(), err)
 		}
 		if held {
-			return m, nil
+			return m, "it holds the plan's lease", nil
 		}
 	}
 	if len(ms) == 0 {
-		return nil, fmt.Errorf("the redis cluster has no master")
+		return nil, "", fmt.Errorf("the redis cluster has no master")
 	}
-	return ms[turn%len(ms)], nil
+	return ms[turn%len(ms)], "no lease held at the moment: one in turn", nil
 }
 
 // holdsLease reports whether the server at addr holds a torture key's lock.
