@@ -32,6 +32,11 @@ func passing(err error) bool {
 	case redis.IsClusterDownError(err):
 	// TRYAGAIN: the slot is being migrated and its keys are split.
 	case redis.IsTryAgainError(err):
+	// MOVED and ASK that go-redis passed on after its redirects
+	// (MaxRedirects): the nodes' views of a slot differ for a moment, as
+	// when a master that was failed over comes back as a replica, or a
+	// slot migrates.
+	case isRedirect(err):
 	// MASTERDOWN: a replica that lost its link to its master.
 	case redis.IsMasterDownError(err):
 	// READONLY: a master that a failover made a replica, still in the
@@ -52,4 +57,10 @@ func passing(err error) bool {
 		return false
 	}
 	return true
+}
+
+func isRedirect(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask
 }

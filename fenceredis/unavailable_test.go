@@ -98,3 +98,28 @@ end`, nil).Err()
 		t.Errorf("busy script: %v", err)
 	}
 }
+
+// TestMovedUnavailable: a MOVED reply that reaches the driver (go-redis
+// passes one on after its redirects, while a Cluster's nodes disagree on
+// a slot after a failover) makes an acquisition's error match
+// fence.ErrUnavailable, so that a waiter waits on. A client of one node of
+// a Cluster, which follows no redirect, gets one for a key of another
+// node's slot.
+func TestMovedUnavailable(t *testing.T) {
+	ctx := testCtx(t)
+	c := testserver.RedisCluster(t, 3)
+	s := mustOpen(t, connectSingle(c.Nodes[0])).(*Store)
+	for i := range 100 {
+		key := "moved-" + strconv.Itoa(i)
+		_, err := s.TryAcquire(ctx, fence.Request{Key: key, Owner: "o", TTL: time.Minute})
+		if _, moved := redis.IsMovedError(err); !moved {
+			continue // a slot of node 0 (or another error, checked below)
+		}
+		if !errors.Is(err, fence.ErrUnavailable) {
+			t.Fatalf("TryAcquire with MOVED: %v; want an error matching fence.ErrUnavailable", err)
+		}
+		t.Logf("%s: %v", key, err)
+		return
+	}
+	t.Fatal("no key of 100 got MOVED from one node of a three-master Cluster")
+}
