@@ -150,6 +150,8 @@ type Result struct {
 	info   porcupine.LinearizationInfo
 	ops    []porcupine.Operation
 	leases []leaseSpan
+	// grantWithin is Store.grantWithin.
+	grantWithin time.Duration
 }
 
 // overlapBound is, per fault, how many overlapping leases (two workers
@@ -200,6 +202,39 @@ func nextGrants(events []Event) []time.Duration {
 		out = append(out, d)
 	}
 	return out
+}
+
+// checkGrants is the availability check of a cluster that loses a member
+// (within > 0): every fault episode that began at least within before the
+// plan's last event must see a lease granted within that time of its
+// start, however many episodes follow. A waiter must wait through an
+// election, not give up, and get the key once the store has a leader
+// again.
+func checkGrants(events []Event, within time.Duration) []string {
+	if within <= 0 || len(events) == 0 {
+		return nil
+	}
+	last := events[len(events)-1].T // sorted by time
+	var v []string
+	for i, e := range events {
+		if e.Op != OpFault || e.End || e.T+int64(within) > last {
+			continue
+		}
+		granted := false
+		for _, g := range events[i+1:] {
+			if g.T > e.T+int64(within) {
+				break
+			}
+			if g.Op == OpAcquire && g.Ph == Ret && g.Res == ResOK {
+				granted = true
+				break
+			}
+		}
+		if !granted {
+			v = append(v, fmt.Sprintf("no lease granted within %v of the fault %q: a waiter must get the key once the store has a leader again", within, e.Fault))
+		}
+	}
+	return v
 }
 
 // lossDetection returns, for each detected loss (at the times in lost),
@@ -306,6 +341,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
 	if r.Fault == FaultRestart || r.Fault == FaultPartition {
 		r.NextGrant = nextGrants(events)
+		r.Violations = append(r.Violations, checkGrants(events, r.grantWithin)...)
 	}
 
 	type opKey struct {

@@ -467,3 +467,37 @@ func TestLossDetection(t *testing.T) {
 		t.Errorf("percentiles of 1..200 ms: p50 %v, p99 %v; want 100ms, 198ms", p50, p99)
 	}
 }
+
+// TestCheckGrants: an episode must see a grant within the bound, whatever
+// follows it; one too close to the plan's end is not held to it.
+func TestCheckGrants(t *testing.T) {
+	s := int64(time.Second)
+	events := []Event{
+		{W: -1, Op: OpFault, Fault: "kill leader", T: 0},
+		{W: -1, Op: OpFault, Fault: "leader back", End: true, T: 1 * s},
+		{W: -1, Op: OpFault, Fault: "kill follower", T: 2 * s},
+		{W: 1, Op: OpAcquire, Ph: Ret, Res: ResFail, T: 2500 * int64(time.Millisecond)},
+		{W: 1, Op: OpAcquire, Ph: Ret, Res: ResOK, T: 3 * s},
+		{W: -1, Op: OpFault, Fault: "kill leader", T: 9 * s}, // near the end
+		{W: 0, Op: OpExit, T: 10 * s},
+	}
+	if v := checkGrants(events, 5*time.Second); len(v) != 0 {
+		t.Errorf("grants within 5 s: %q; want none", v)
+	}
+	v := checkGrants(events, 2*time.Second)
+	if len(v) != 1 || !strings.Contains(v[0], `"kill leader"`) {
+		t.Errorf("grants within 2 s: %q; want the first kill named (3 s to its grant), not the last (too close to the end)", v)
+	}
+	if v := checkGrants(events, 0); v != nil {
+		t.Errorf("no bound: %q", v)
+	}
+	// Only restart and partition plans are held to it.
+	for _, f := range Faults {
+		r := &Result{Fault: f, grantWithin: 2 * time.Second}
+		analyze(r, slices.Clone(events), nil, 10*s, time.Second)
+		held := slices.ContainsFunc(r.Violations, func(v string) bool { return strings.Contains(v, "no lease granted") })
+		if want := f == FaultRestart || f == FaultPartition; held != want {
+			t.Errorf("fault %s: held to the bound %v; want %v", f, held, want)
+		}
+	}
+}

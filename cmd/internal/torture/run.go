@@ -292,10 +292,14 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 	if cfg.Fault == FaultPartition {
 		min += time.Duration(cfg.Writes) * cfg.Work // a holder to strand: a lease's length
 	}
+	if (cfg.Fault == FaultRestart || cfg.Fault == FaultPartition) && store.grantWithin > 0 {
+		// Room for the first episode's grant to be checked (checkGrants).
+		min = max(min, store.grantWithin+3*cfg.TTL+time.Duration(cfg.Writes)*cfg.Work)
+	}
 	if cfg.Fault != FaultNone && cfg.Duration < min {
 		cfg.Duration = min
 	}
-	r := &Result{Store: store.Name, Fault: cfg.Fault, Kind: cfg.Kind, Guard: !cfg.NoGuard, TTL: cfg.TTL}
+	r := &Result{Store: store.Name, Fault: cfg.Fault, Kind: cfg.Kind, Guard: !cfg.NoGuard, TTL: cfg.TTL, grantWithin: store.grantWithin}
 	if cfg.Worker == WorkerFenceRun {
 		if cfg.Kind != KindLock || cfg.Fence == "" {
 			return nil, fmt.Errorf("the fence-run worker takes locks (not %s), with Config.Fence set (%q)", cfg.Kind, cfg.Fence)

@@ -187,6 +187,8 @@ func init() {
 		// A leader that hears no quorum for an election timeout (1 s)
 		// steps down, and the others elect one in about as long.
 		s.setNet(nt, why, etcdNames(c), func() (int, error) { return etcdLeader(c) }, 3*time.Second)
+		// Measured: 3.1 s at most after a kill or a cut (TTL 500 ms).
+		s.grantWithin = 6 * time.Second
 		return s, nil
 	})
 	server("zk", "zk", "a private ZooKeeper", func(env *testserver.Env) (*Store, error) {
@@ -231,6 +233,8 @@ func init() {
 		// A leader gives up without a quorum after syncLimit ticks (2 s
 		// here), then the others elect one.
 		s.setNet(nt, why, e.Addrs(), func() (int, error) { return zkLeader(e) }, 4*time.Second)
+		// Measured: 1.1 s after a kill, 3.1 s after a cut.
+		s.grantWithin = 6 * time.Second
 		return s, nil
 	})
 	server("azblob", "azblob+http", "a private Azurite (Azure Blob leases: TTL 15 s to 60 s, so plans run with TTL 15 s)", func(env *testserver.Env) (*Store, error) {
@@ -342,6 +346,9 @@ func init() {
 		// A stream's Raft group elects a new leader some seconds after
 		// losing one (docs/reliability.md, "Leader loss in clusters").
 		s.setNet(nt, why, addrs, func() (int, error) { return natsStreamLeader(c) }, 8*time.Second)
+		// Measured: 5.0 s to 5.9 s after a kill or a cut; the stream's
+		// election takes seconds.
+		s.grantWithin = 12 * time.Second
 		return s, nil
 	})
 	server("k8s", "k8s", "a private kube-apiserver and its etcd (the restart fault restarts them in turn)", func(env *testserver.Env) (*Store, error) {

@@ -97,6 +97,11 @@ type Store struct {
 	partition        func() (what string, member int, heal func() error, err error)
 	partitionNA      string
 	partitionMissing bool
+	// grantWithin, if set, is how soon after a restart or partition
+	// episode begins (a member killed or cut off) the store must grant a
+	// lease again: its failure detection and election, and a lease's
+	// expiry, with room for a loaded machine (checkGrants).
+	grantWithin time.Duration
 	// partitionFor is how long a partition lasts at least: long enough for
 	// the cluster to see a member gone and elect another leader.
 	partitionFor time.Duration
