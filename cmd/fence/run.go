@@ -12,11 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/cmd/internal/deathsig"
 	"golang.org/x/sys/unix"
 )
 
@@ -222,24 +222,9 @@ func runHeld(l holding, f runFlags, ev *events, sigs <-chan os.Signal) int {
 	ownGroup := !isTerminal(os.Stdin)
 	cmd.SysProcAttr = sysProcAttr(ownGroup)
 
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		// The parent-death signal (see sysProcAttr) fires when the thread
-		// that forked CMD exits, not when the process does
-		// (golang/go#27505). So this goroutine stays locked to that thread
-		// and alive until CMD has been reaped; only then does the thread
-		// end.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	// CMD dies with fence run (see sysProcAttr).
+	exited, err := deathsig.Start(cmd)
+	if err != nil {
 		_ = release(l, ev) // a loss harms nothing here: CMD never ran
 		msg := fmt.Sprintf("cannot run %s: %v", f.argv[0], err)
 		ev.emit(event{Event: "error", Error: err.Error(), Message: msg}, true)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencing/fence/cmd/internal/deathsig"
 )
 
 // The fence-run worker: the holder of each lease is the fence command,
@@ -200,22 +201,7 @@ func (w *worker) fenceRun(ctx context.Context, self, key string) (failed bool, e
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 
 	w.emit(Event{Op: OpAcquire, Ph: Call, ID: id, Key: key})
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		// The parent-death signal fires when the thread that started
-		// fence run ends (golang/go#27505): this one, locked, lives
-		// until fence run has been reaped.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	err = <-started
+	exited, err := deathsig.Start(cmd)
 	outW.Close()
 	errW.Close()
 	if err != nil {
