@@ -2,9 +2,7 @@ package torture
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,58 +23,27 @@ import (
 // the plan.
 func TestFailoverLossCaught(t *testing.T) {
 	t.Parallel()
-	for _, marked := range []bool{true, false} {
-		t.Run(fmt.Sprintf("marked=%v", marked), func(t *testing.T) {
-			t.Parallel()
-			env := testserver.NewEnv("torture-failover-loss", &testLog{t})
-			t.Cleanup(env.Close)
-			var srv *testserver.RedisSentinelServer
-			err := env.Do(func(tb testing.TB) { srv = testserver.RedisSentinel(tb, 2, 3) })
-			switch {
-			case errors.Is(err, testserver.ErrUnavailable):
-				testserver.Unavailable(t, "%v", err) // a skip, or a failure under FENCE_TEST_STRICT=1
-			case err != nil:
-				t.Fatal(err)
-			}
-			s, err := sentinelStore(env, srv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Name = "redis-sentinel-cut-replicas"
-			s.failover = cutReplicasThenFailover(env, srv, marked)
-			cfg := short(FaultRestart, false)
-			// The lost lease's holder first renews it a third of the
-			// TTL after its grant: after the promotion (some 3.5 s after
-			// the kill), and later than the overlap slack (a tenth of
-			// the TTL) after the next grant. Its slow step outlasts that
-			// renewal, so it holds the key until the renewal ends it.
-			cfg.TTL = 20 * time.Second
-			cfg.Workers = 4
-			cfg.Writes = 1
-			cfg.Work = 10 * time.Second
-			var r *Result
-			for try := 0; try < 3; try++ {
-				r = run(t, s, cfg)
-				if r.Overlaps > 0 {
-					break
-				}
-				t.Logf("no worker was granted the key while the lost lease's holder believed in it (%d overlaps); again", r.Overlaps)
-			}
-			if r.Overlaps == 0 {
-				logWorkers(t, r)
-				t.Fatalf("three restart plans with the replicas cut off made no overlap: the failover lost no lease anyone saw")
-			}
-			if marked {
-				expectClean(t, r)
-				return
-			}
-			if r.OK() || !strings.Contains(strings.Join(r.Violations, "\n"), "overlapping leases") {
-				logWorkers(t, r)
-				t.Fatalf("a lost lease's overlap, not marked as a loss: OK %v, violations %q; want the overlap reported", r.OK(), r.Violations)
-			}
-			t.Logf("caught: %s", strings.Join(r.Violations, "; "))
-		})
-	}
+	cfg := short(FaultRestart, false)
+	// The lost lease's holder first renews it a third of the TTL after
+	// its grant: after the promotion (some 3.5 s after the kill), and
+	// later than the overlap slack (a tenth of the TTL) after the next
+	// grant. Its slow step outlasts that renewal, so it holds the key
+	// until the renewal ends it.
+	cfg.TTL = 20 * time.Second
+	cfg.Workers = 4
+	cfg.Writes = 1
+	cfg.Work = 10 * time.Second
+	lossMarking(t, cfg, func(t *testing.T, env *testserver.Env, marked bool) *Store {
+		var srv *testserver.RedisSentinelServer
+		startIn(t, env, func(tb testing.TB) { srv = testserver.RedisSentinel(tb, 2, 3) })
+		s, err := sentinelStore(env, srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Name = "redis-sentinel-cut-replicas"
+		s.failover = cutReplicasThenFailover(env, srv, marked)
+		return s
+	})
 }
 
 // cutReplicasThenFailover returns a Store.failover for a redis-sentinel
