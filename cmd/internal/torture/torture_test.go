@@ -563,7 +563,7 @@ func lossMarking(t *testing.T, cfg Config, open func(t *testing.T, env *testserv
 	for _, marked := range []bool{true, false} {
 		t.Run(fmt.Sprintf("marked=%v", marked), func(t *testing.T) {
 			t.Parallel()
-			env := testserver.NewEnv("torture-"+t.Name(), &testLog{t})
+			env := testserver.NewEnv("torture-loss-marking", &testLog{t})
 			t.Cleanup(env.Close)
 			s := open(t, env, marked)
 			var r *Result
