@@ -46,10 +46,13 @@ func init() {
 	defer sessionBound("mysql")
 	server("redis", "redis", "a private redis-server (no persistence: a restart loses every lease)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.RedisServer
-		if err := env.Do(func(tb testing.TB) { srv = testserver.Redis(tb) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { srv = testserver.Redis(tb, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		s := &Store{
+			clock:   clock,
+			clockNA: clockNA,
 			addrs:   []string{srv.Addr()},
 			url:     func(a []string, _ time.Duration) string { return "redis://" + a[0] },
 			restart: restartProcess(env, "redis-server", srv.Process),
@@ -96,21 +99,9 @@ func init() {
 	})
 	pg := func(query string) func(env *testserver.Env) (*Store, error) {
 		return func(env *testserver.Env) (*Store, error) {
-			var (
-				srv     *testserver.PostgresServer
-				clock   *testserver.FakeClock
-				clockNA string
-			)
-			if err := env.Do(func(tb testing.TB) {
-				var opts []testserver.Option
-				if testserver.HaveFakeClock() {
-					clock = testserver.NewFakeClock(tb)
-					opts = append(opts, testserver.Clock(clock))
-				} else {
-					clockNA = "libfaketime is not installed (Debian package libfaketime)"
-				}
-				srv = testserver.Postgres(tb, opts...)
-			}); err != nil {
+			var srv *testserver.PostgresServer
+			clock, clockNA := fakeClock(env)
+			if err := env.Do(func(tb testing.TB) { srv = testserver.Postgres(tb, clockOpts(clock)...) }); err != nil {
 				return nil, err
 			}
 			s := &Store{
@@ -384,6 +375,27 @@ func init() {
 		}
 		return s, s.saveEmpty("kube-apiserver's etcd and kube-apiserver", k.Etcd.Process, k.Process)
 	})
+}
+
+// fakeClock makes the wall clock a server runs on for the clock-jump
+// plan, or says why there is none (no gcc to build it: the plan is n/a).
+func fakeClock(env *testserver.Env) (*testserver.FakeClock, string) {
+	if !testserver.HaveFakeClock() {
+		return nil, "no fake clock: gcc is not installed (Debian package gcc)"
+	}
+	var c *testserver.FakeClock
+	if err := env.Do(func(tb testing.TB) { c = testserver.NewFakeClock(tb) }); err != nil {
+		return nil, err.Error()
+	}
+	return c, ""
+}
+
+// clockOpts starts a server on c, if there is one.
+func clockOpts(c *testserver.FakeClock) []testserver.Option {
+	if c == nil {
+		return nil
+	}
+	return []testserver.Option{testserver.Clock(c)}
 }
 
 // zkSession is the ZooKeeper session timeout for leases of ttl: the TTL,

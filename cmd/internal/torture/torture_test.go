@@ -382,42 +382,48 @@ func TestGuardOnlyRegister(t *testing.T) {
 	}
 }
 
-// TestClockJumpBites: on a store that times leases by its own clock
-// (PostgreSQL lease mode), the clock-jump plan ends a holder's lease
-// under it: holders overlap, the guard refuses the stale writes, and
-// without the guard they corrupt the register. It is the proof that the
-// plan's jump reaches the server and that its checks can fail.
+// TestClockJumpBites: on the stores that time leases by their own wall
+// clock (PostgreSQL lease mode, Redis), the clock-jump plan ends a
+// holder's lease under it: holders overlap, the guard refuses the stale
+// writes, and without the guard they corrupt the register. It is the
+// proof that the plan's jump reaches the server and that its checks can
+// fail.
 func TestClockJumpBites(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, "postgres")
-	if why := s.notApplicable(FaultClockJump); why != "" {
-		testserver.Unavailable(t, "clock-jump on postgres: %s", why) // a failure under FENCE_TEST_STRICT=1
-	}
-	for _, noGuard := range []bool{false, true} {
-		// A jump bites when a waiter tries before the holder's next
-		// renewal is refused: more waiters, more episodes.
-		cfg := short(FaultClockJump, noGuard)
-		cfg.Workers = 6
-		cfg.Duration *= 2
-		var r *Result
-		for try := 0; try < 3; try++ {
-			r = run(t, s, cfg)
-			if r.Overlaps > 0 && (noGuard || r.StaleRefused > 0) && (!noGuard || r.StaleAccepted > 0) {
-				break
+	for _, spec := range []string{"postgres", "redis"} {
+		t.Run(spec, func(t *testing.T) {
+			t.Parallel()
+			s := openStore(t, spec)
+			if why := s.notApplicable(FaultClockJump); why != "" {
+				testserver.Unavailable(t, "clock-jump on %s: %s", spec, why) // a failure under FENCE_TEST_STRICT=1
 			}
-			t.Logf("no stale write landed after a jump (%d overlaps, %d refused, %d accepted); again", r.Overlaps, r.StaleRefused, r.StaleAccepted)
-		}
-		switch {
-		case !noGuard:
-			expectClean(t, r)
-			if r.Overlaps == 0 || r.StaleRefused == 0 {
-				logWorkers(t, r)
-				t.Errorf("guarded clock-jump plan: %d overlaps, %d stale writes refused; want some of each: the jump did not end a lease early", r.Overlaps, r.StaleRefused)
+			for _, noGuard := range []bool{false, true} {
+				// A jump bites when a waiter tries before the holder's
+				// next renewal is refused: more waiters, more episodes.
+				cfg := short(FaultClockJump, noGuard)
+				cfg.Workers = 6
+				cfg.Duration *= 2
+				var r *Result
+				for try := 0; try < 3; try++ {
+					r = run(t, s, cfg)
+					if r.Overlaps > 0 && (noGuard || r.StaleRefused > 0) && (!noGuard || r.StaleAccepted > 0) {
+						break
+					}
+					t.Logf("no stale write landed after a jump (%d overlaps, %d refused, %d accepted); again", r.Overlaps, r.StaleRefused, r.StaleAccepted)
+				}
+				switch {
+				case !noGuard:
+					expectClean(t, r)
+					if r.Overlaps == 0 || r.StaleRefused == 0 {
+						logWorkers(t, r)
+						t.Errorf("guarded clock-jump plan: %d overlaps, %d stale writes refused; want some of each: the jump did not end a lease early", r.Overlaps, r.StaleRefused)
+					}
+				case r.StaleAccepted == 0 || r.OK():
+					logWorkers(t, r)
+					t.Errorf("clock-jump plan without the guard: %d stale writes accepted, OK %v; want the corruption shown", r.StaleAccepted, r.OK())
+				}
 			}
-		case r.StaleAccepted == 0 || r.OK():
-			logWorkers(t, r)
-			t.Errorf("clock-jump plan without the guard: %d stale writes accepted, OK %v; want the corruption shown", r.StaleAccepted, r.OK())
-		}
+		})
 	}
 }
 

@@ -83,7 +83,7 @@ func TestCredentialOptionsRefused(t *testing.T) {
 		{"cluster", func(tb *fatalTB) { RedisCluster(tb, 3, Password("", "x")) }, "RedisCluster takes no Password"},
 		{"nats sentinel", func(tb *fatalTB) { NATS(tb, SentinelPassword("x")) }, "NATS takes no SentinelPassword"},
 		{"nats both", func(tb *fatalTB) { NATS(tb, Token("x"), Password("u", "p")) }, "not both"},
-		{"redis clock", func(tb *fatalTB) { Redis(tb, Clock(&FakeClock{})) }, "Redis takes no Clock"},
+		{"redises clock", func(tb *fatalTB) { Redises(tb, 1, Clock(&FakeClock{})) }, "Redises takes no Clock"},
 	} {
 		tb := &fatalTB{recordingTB{TB: t}}
 		done := make(chan struct{})

@@ -2,68 +2,82 @@ package testserver
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
-// libfaketimeGlob is where Debian's libfaketime package puts the library
-// (a directory per architecture); scripts/test looks in the same place.
-const libfaketimeGlob = "/usr/lib/*/faketime/libfaketime.so.1"
-
 // FakeClock is a wall clock that a test moves under a running server: the
-// server process is started with libfaketime preloaded (Debian package
-// libfaketime), reading its offset from a file on every clock call. Only
-// the wall clock (CLOCK_REALTIME, gettimeofday, time) moves, as an NTP
-// step moves it; the monotonic clock does not.
+// server process is started with a small library of this package
+// preloaded (clockShimC, compiled with gcc), which adds an offset that
+// the test stores in a shared file to every wall-clock reading. Only the
+// wall clock (CLOCK_REALTIME, gettimeofday, time) moves, as an NTP step
+// moves it; the monotonic clock does not.
 //
-// libfaketime works for programs that read the clock through the C
-// library and do not allocate with jemalloc (wolfcw/libfaketime#130):
-// PostgreSQL does; redis-server (jemalloc) and the Go and Java servers do
-// not, and their starters do not take the Clock option.
+// It works for programs that read the clock through the C library:
+// PostgreSQL and redis-server. The Go and Java servers (etcd, NATS,
+// ZooKeeper, kube-apiserver) read it without the C library, and their
+// starters do not take the Clock option.
 type FakeClock struct {
-	lib, path string
+	dir, lib, path string
+	mem            []byte // the offset file, mapped: an int64 of nanoseconds
 
 	mu     sync.Mutex
 	offset time.Duration
 	users  int // processes started on it
 }
 
-// HaveFakeClock reports whether libfaketime is installed, for a caller
-// that can do without a FakeClock.
+// HaveFakeClock reports whether a FakeClock can be made here (gcc is
+// installed), for a caller that can do without one.
 func HaveFakeClock() bool {
-	libs, _ := filepath.Glob(libfaketimeGlob)
-	return len(libs) > 0
+	_, err := lookup("gcc")
+	return err == nil
 }
 
-// NewFakeClock returns a clock at the real time. Without libfaketime it
-// reports the server unavailable (a skip, or a failure under
-// FENCE_TEST_STRICT=1).
+// NewFakeClock returns a clock at the real time. Without gcc it reports
+// the server unavailable (a skip, or a failure under FENCE_TEST_STRICT=1).
 func NewFakeClock(tb testing.TB) *FakeClock {
 	tb.Helper()
-	c := &FakeClock{}
-	if libs, _ := filepath.Glob(libfaketimeGlob); len(libs) > 0 {
-		c.lib = libs[0]
-	} else {
-		Unavailable(tb, "libfaketime is not installed (Debian package libfaketime; no %s)", libfaketimeGlob)
+	if _, err := lookup("gcc"); err != nil {
+		Unavailable(tb, "%v", err)
 	}
-	// A server run as another user (PostgreSQL under root) must read it.
-	dir := dataDir(tb, "clock")
-	if err := os.Chmod(dir, 0o755); err != nil {
+	shim, err := buildClockShim()
+	if err != nil {
 		tb.Fatalf("testserver: %v", err)
 	}
-	c.path = filepath.Join(dir, "offset")
-	if err := c.write(0); err != nil {
+	// A server run as another user (PostgreSQL under root) must read the
+	// library and the offset: both live in a directory of the clock's.
+	c := &FakeClock{dir: dataDir(tb, "clock")}
+	if err := os.Chmod(c.dir, 0o755); err != nil {
 		tb.Fatalf("testserver: %v", err)
 	}
+	c.lib = filepath.Join(c.dir, "fakeclock.so")
+	c.path = filepath.Join(c.dir, "offset")
+	if err := copyFile(shim, c.lib, 0o755); err != nil {
+		tb.Fatalf("testserver: %v", err)
+	}
+	if err := os.WriteFile(c.path, make([]byte, 8), 0o644); err != nil {
+		tb.Fatalf("testserver: %v", err)
+	}
+	f, err := os.OpenFile(c.path, os.O_RDWR, 0)
+	if err != nil {
+		tb.Fatalf("testserver: %v", err)
+	}
+	defer f.Close()
+	if c.mem, err = syscall.Mmap(int(f.Fd()), 0, 8, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED); err != nil {
+		tb.Fatalf("testserver: mapping the fake clock's offset: %v", err)
+	}
+	tb.Cleanup(func() { _ = syscall.Munmap(c.mem) })
 	return c
 }
 
-// Clock starts the server on c. Only Postgres takes it; the other starters
-// fail the test when given it.
+// Clock starts the server on c. Only Postgres and Redis take it; the
+// other starters fail the test when given it.
 func Clock(c *FakeClock) Option {
 	return func(o *options) { o.clock = c }
 }
@@ -77,10 +91,8 @@ func (c *FakeClock) Jump(d time.Duration) error {
 	if c.users == 0 {
 		return errors.New("testserver: no server was started on this clock")
 	}
-	if err := c.write(c.offset + d); err != nil {
-		return err
-	}
 	c.offset += d
+	atomic.StoreInt64((*int64)(unsafe.Pointer(&c.mem[0])), int64(c.offset))
 	return nil
 }
 
@@ -89,17 +101,6 @@ func (c *FakeClock) Offset() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.offset
-}
-
-// write replaces the offset file at once (a rename), so that a server
-// never reads half of it. libfaketime reads "+Ns" or "-Ns" as an offset
-// from the real time.
-func (c *FakeClock) write(offset time.Duration) error {
-	tmp := c.path + ".tmp"
-	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%+.6fs\n", offset.Seconds()), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, c.path)
 }
 
 // env is the environment a process on the clock starts with; nil for no
@@ -111,10 +112,5 @@ func (c *FakeClock) env() []string {
 	c.mu.Lock()
 	c.users++
 	c.mu.Unlock()
-	return []string{
-		"LD_PRELOAD=" + c.lib,
-		"FAKETIME_TIMESTAMP_FILE=" + c.path,
-		"FAKETIME_NO_CACHE=1",   // read the file on every call: jumps land at once
-		"DONT_FAKE_MONOTONIC=1", // an NTP step moves the wall clock only
-	}
+	return []string{"LD_PRELOAD=" + c.lib, "FENCE_FAKE_CLOCK=" + c.path}
 }

@@ -2,34 +2,57 @@ package testserver
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 )
 
-// TestFakeClock: a PostgreSQL started on a FakeClock reads the moved wall
-// clock at once, forward and back; a jump with no server on the clock is
-// an error.
+// TestFakeClock: a PostgreSQL and a redis-server started on a FakeClock
+// read the moved wall clock at once, forward and back; a jump with no
+// server on the clock is an error.
 func TestFakeClock(t *testing.T) {
 	t.Parallel()
 	c := NewFakeClock(t)
 	if err := c.Jump(time.Hour); err == nil {
 		t.Fatal("Jump before any server runs on the clock succeeded; want an error")
 	}
-	s := Postgres(t, Clock(c))
+	pg := Postgres(t, Clock(c))
+	r := Redis(t, Clock(c))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	skew := func() time.Duration {
+	since := func(what string, us string, err error) time.Duration {
 		t.Helper()
-		rows, err := pgQuery(ctx, s.Addr(), s.Database(), "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
 		if err != nil {
-			t.Fatalf("clock_timestamp: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
-		us, err := strconv.ParseInt(rows[0][0], 10, 64)
+		n, err := strconv.ParseInt(us, 10, 64)
 		if err != nil {
-			t.Fatalf("clock_timestamp %q: %v", rows[0][0], err)
+			t.Fatalf("%s %q: %v", what, us, err)
 		}
-		return time.UnixMicro(us).Sub(time.Now()).Round(time.Minute)
+		return time.UnixMicro(n).Sub(time.Now()).Round(time.Minute)
+	}
+	skews := map[string]func() time.Duration{
+		"postgres clock_timestamp()": func() time.Duration {
+			rows, err := pgQuery(ctx, pg.Addr(), pg.Database(), "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+			if err != nil {
+				return since("clock_timestamp", "", err)
+			}
+			return since("clock_timestamp", rows[0][0], nil)
+		},
+		"redis TIME": func() time.Duration {
+			v, err := redisDo(ctx, r.Addr(), "TIME")
+			if err != nil {
+				return since("TIME", "", err)
+			}
+			tv, ok := v.([]any)
+			if !ok || len(tv) != 2 {
+				t.Fatalf("TIME answered %v", v)
+			}
+			sec, _ := strconv.ParseInt(fmt.Sprint(tv[0]), 10, 64)
+			usec, _ := strconv.ParseInt(fmt.Sprint(tv[1]), 10, 64)
+			return since("TIME", strconv.FormatInt(sec*1000000+usec, 10), nil)
+		},
 	}
 	for _, step := range []struct {
 		jump, want time.Duration
@@ -44,8 +67,10 @@ func TestFakeClock(t *testing.T) {
 				t.Fatalf("Jump(%v): %v", step.jump, err)
 			}
 		}
-		if got := skew(); got != step.want || c.Offset() != step.want {
-			t.Errorf("after a jump of %v: the server's clock is %v from the real one, Offset %v; want %v", step.jump, got, c.Offset(), step.want)
+		for name, skew := range skews {
+			if got := skew(); got != step.want || c.Offset() != step.want {
+				t.Errorf("after a jump of %v: %s is %v from the real clock, Offset %v; want %v", step.jump, name, got, c.Offset(), step.want)
+			}
 		}
 	}
 }

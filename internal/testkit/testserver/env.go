@@ -56,6 +56,7 @@ func Require(t testing.TB, name string) string {
 
 // installHint says how to get each program; scripts/test installs them all.
 var installHint = map[string]string{
+	"gcc":                "Debian package gcc",
 	"ip":                 "Debian package iproute2",
 	"redis-server":       "Debian package redis-server",
 	"redis-cli":          "Debian package redis-tools",

@@ -39,12 +39,13 @@ func (r *RedisServer) URL() string { return "redis://" + r.Addr() }
 
 // Redis starts a private redis-server on a free loopback port
 // (--save "" --appendonly no, its own directory). With Password it
-// requires that password of every client.
+// requires that password of every client; with Clock it runs on a
+// FakeClock.
 func Redis(t testing.TB, opts ...Option) *RedisServer {
 	t.Helper()
 	bin := Require(t, "redis-server")
 	o := collect(opts)
-	o.check(t, "Redis", credentials{password: true})
+	o.check(t, "Redis", credentials{password: true, clock: true})
 	return startRedis(t, bin, redisSpec{}, o)
 }
 
@@ -132,6 +133,7 @@ func startRedis(t testing.TB, bin string, s redisSpec, o options) *RedisServer {
 			args: args,
 			dir:  dir,
 			port: port,
+			env:  o.clock.env(),
 			ping: func(ctx context.Context) error {
 				v, err := redisDoAs(ctx, addr, o.password, "PING")
 				if err == nil && v != "PONG" {
