@@ -27,12 +27,16 @@ func testFence(t *testing.T, patches ...fencePatch) string {
 
 // fenceRunPlans are the fence-run worker's plans in CI's short schedule:
 // on the tool's memory store, on lock files (where a pause keeps the
-// lock: nobody else gets it, and fence run must not lose it), and on a
-// private Redis, whose restart loses every lease.
+// lock: nobody else gets it, and fence run must not lose it), on a
+// private Redis, whose restart loses every lease, on PostgreSQL, whose
+// clock ends a lease early, and on an etcd cluster whose member under
+// fence run is cut off.
 var fenceRunPlans = map[string][]Fault{
-	"mem":   {FaultPause, FaultKill, FaultBlackhole},
-	"file":  {FaultPause, FaultKill},
-	"redis": {FaultPause, FaultBlackhole, FaultRestart},
+	"mem":          {FaultPause, FaultKill, FaultBlackhole},
+	"file":         {FaultPause, FaultKill},
+	"redis":        {FaultPause, FaultBlackhole, FaultRestart},
+	"postgres":     {FaultClockJump},
+	"etcd-cluster": {FaultPartition},
 }
 
 // fenceRunPlan is a fence-run plan of the schedule. A fence run's lease
