@@ -247,8 +247,8 @@ func TestCrashOverlap(t *testing.T) {
 }
 
 // TestNextGrant: the time from each restart to the next lease granted,
-// "none" for an episode with no grant after it; only restart and
-// partition plans measure it.
+// the episodes with no grant after it counted ("none" if every one);
+// only restart and partition plans measure it.
 func TestNextGrant(t *testing.T) {
 	ms := int64(time.Millisecond)
 	events := []Event{
@@ -264,8 +264,11 @@ func TestNextGrant(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("nextGrants = %v; want %v", got, want)
 	}
-	if s := nextGrant(got); s != "none" {
-		t.Errorf("nextGrant(%v) = %q; want none", got, s)
+	if s := nextGrant(got); s != "240ms (1 none)" {
+		t.Errorf("nextGrant(%v) = %q; want 240ms (1 none)", got, s)
+	}
+	if s := nextGrant(got[1:]); s != "none" {
+		t.Errorf("nextGrant(%v) = %q; want none", got[1:], s)
 	}
 	if s := nextGrant(got[:1]); s != "240ms" {
 		t.Errorf("nextGrant(%v) = %q; want 240ms", got[:1], s)

@@ -50,19 +50,27 @@ func Table(rs []*Result) string {
 	return b.String()
 }
 
-// nextGrant shows the longest time from a restart to the next grant: "-"
-// when not measured, "none" when an episode saw no grant before the plan
-// ended.
+// nextGrant shows the longest time from an episode's start to the next
+// grant: "-" when not measured; with the number of episodes that saw no
+// grant before the plan ended (often the last, too close to the end),
+// "none" if no episode saw one.
 func nextGrant(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "-"
 	}
-	longest := time.Duration(0)
+	longest, none := time.Duration(-1), 0
 	for _, d := range ds {
 		if d < 0 {
-			return "none"
+			none++
+			continue
 		}
 		longest = max(longest, d)
+	}
+	switch {
+	case longest < 0:
+		return "none"
+	case none > 0:
+		return fmt.Sprintf("%v (%d none)", longest.Round(10*time.Millisecond), none)
 	}
 	return longest.Round(10 * time.Millisecond).String()
 }
