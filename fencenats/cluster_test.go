@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencenats"
 	"github.com/fencing/fence/internal/testkit/leaderloss"
@@ -38,14 +40,7 @@ func TestClusterStreamLeaderLoss(t *testing.T) {
 		Holder: holder, Waiter: waiter, TTL: ttl,
 		// Every key of the bucket is on its one stream, led by one server.
 		KillLeader: func(t *testing.T, _ string) func() {
-			s, err := js.Stream(ctx, "KV_"+bucket)
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := s.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, info := bucketStream(ctx, t, js, bucket)
 			if info.Config.Replicas != 3 || info.Cluster == nil {
 				t.Fatalf("the bucket's stream: %d replicas, cluster %+v; want 3 replicas on the cluster", info.Config.Replicas, info.Cluster)
 			}
@@ -85,14 +80,7 @@ func TestClusterReplaceEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := connect(t, cl.URL())
-	s, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, info := bucketStream(ctx, t, js, bucket)
 	lastSeq := info.State.LastSeq
 	// A follower: its replica must come back from the leader.
 	var follower int
@@ -127,4 +115,18 @@ func TestClusterReplaceEmpty(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("release after the replacement: %v", err)
 	}
+}
+
+// bucketStream returns the bucket's stream and its info.
+func bucketStream(ctx context.Context, t *testing.T, js jetstream.JetStream, bucket string) (jetstream.Stream, *jetstream.StreamInfo) {
+	t.Helper()
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, info
 }

@@ -95,16 +95,24 @@ func (p *Process) EmptyDir() error {
 func (p *Process) Start() error { return p.start() }
 
 func (p *Process) emptyDir(saved string) error {
-	entries, err := os.ReadDir(p.dir)
+	if err := clearDir(p.dir); err != nil {
+		return err
+	}
+	return copyTree(saved, p.dir)
+}
+
+// clearDir removes everything in dir, and keeps dir.
+func clearDir(dir string) error {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(p.dir, e.Name())); err != nil {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			return err
 		}
 	}
-	return copyTree(saved, p.dir)
+	return nil
 }
 
 // copyTree copies the directories, regular files and symbolic links under

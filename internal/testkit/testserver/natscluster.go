@@ -136,14 +136,8 @@ func (c *NATSClusterServer) ReplaceEmpty(i int) error {
 	}
 	s := c.Servers[i]
 	s.Kill()
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
+	if err := clearDir(s.dir); err != nil {
 		return err
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
-			return err
-		}
 	}
 	return s.start()
 }
