@@ -40,6 +40,17 @@ func unavailable(err error) bool {
 		// A request timed out in etcd (ErrGRPCDeadlineExceeded), while
 		// the caller's context lives (markUnavailable).
 		return true
+	case codes.Unknown:
+		// etcd's server hands a proposal's own timeout (a Propose that
+		// waited its request timeout on a member without quorum) to gRPC
+		// as the bare context.DeadlineExceeded (v3rpc togRPCError), which
+		// a gRPC server of etcd's builds sends as code Unknown with the
+		// context error's text. The caller's context lives
+		// (markUnavailable), so the deadline was etcd's.
+		var st interface{ GRPCStatus() *status.Status }
+		if errors.As(err, &st) && st.GRPCStatus().Message() == context.DeadlineExceeded.Error() {
+			return true
+		}
 	}
 	var etcdErr rpctypes.EtcdError
 	if errors.As(err, &etcdErr) {

@@ -35,6 +35,8 @@ func TestMarkUnavailable(t *testing.T) {
 		{"timed out, leader failed", live, wrap(rpctypes.ErrTimeoutDueToLeaderFail), true},
 		{"timed out, connection lost", live, wrap(rpctypes.ErrTimeoutDueToConnectionLost), true},
 		{"timed out in etcd", live, wrap(rpctypes.ErrGRPCDeadlineExceeded), true},
+		{"proposal timed out in etcd", live, wrap(status.Error(codes.Unknown, context.DeadlineExceeded.Error())), true},
+		{"unknown", live, wrap(status.Error(codes.Unknown, "etcdserver: some new error")), false},
 		{"session gone", live, wrap(fmt.Errorf("%w: no keepalive answered within its TTL", errSessionGone)), true},
 		{"waiter lease gone", live, wrap(fmt.Errorf("%w: %w", errWaitLeaseGone, errSessionGone)), true},
 		{"driver's own deadline", live, wrap(context.DeadlineExceeded), true},
