@@ -51,7 +51,7 @@ func partitionMember(nt cutter, names []string, leader func() (int, error)) func
 			return "", 0, nil, err
 		}
 		heal := func() error {
-			now, lerr := leader()
+			now, lerr := awaitLeader(leader)
 			herr := nt.Heal()
 			switch {
 			case lerr != nil:

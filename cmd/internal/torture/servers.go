@@ -451,7 +451,7 @@ func restartMember(env *testserver.Env, what string, members []*testserver.Proce
 func leaderThenFollower(n int, leader func() (int, error)) func() (i int, role string, err error) {
 	episode := 0
 	return func() (int, string, error) {
-		i, err := leader()
+		i, err := awaitLeader(leader)
 		if err != nil {
 			return 0, "", err
 		}
@@ -461,6 +461,27 @@ func leaderThenFollower(n int, leader func() (int, error)) func() (i int, role s
 		}
 		episode++
 		return i, role, nil
+	}
+}
+
+// leaderSettle bounds how long awaitLeader asks: a cluster that has just
+// had a member back (the previous episode's) may still be electing, but
+// one without a leader for this long is a failure of the plan.
+const leaderSettle = 20 * time.Second
+
+// awaitLeader asks leader until it names a member, for up to
+// leaderSettle.
+func awaitLeader(leader func() (int, error)) (int, error) {
+	start := time.Now()
+	for {
+		i, err := leader()
+		switch {
+		case err == nil:
+			return i, nil
+		case time.Since(start) >= leaderSettle:
+			return 0, fmt.Errorf("no leader after asking for %v: %w", leaderSettle, err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 

@@ -104,15 +104,31 @@ func run(t *testing.T, s *Store, cfg Config) *Result {
 	return r
 }
 
+// logWorkers shows the workers' logs of r's plan, for a failure.
+// The verdict comes first and each log is cut to its last logTail lines:
+// a failing plan's whole histories would bury it, and CI keeps only a
+// part of a long output.
 func logWorkers(t *testing.T, r *Result) {
+	t.Helper()
+	if len(r.Violations) > 0 {
+		t.Logf("plan %s/%s: violations:\n%s", r.Store, r.Fault, strings.Join(r.Violations, "\n"))
+	}
 	entries, _ := os.ReadDir(r.LogDir)
 	for _, e := range entries {
 		b, _ := os.ReadFile(r.LogDir + "/" + e.Name())
-		if len(b) > 0 {
+		lines := strings.SplitAfter(strings.TrimRight(string(b), "\n"), "\n")
+		switch {
+		case len(b) == 0:
+		case len(lines) > logTail:
+			t.Logf("%s (its last %d of %d lines):\n%s", e.Name(), logTail, len(lines), strings.Join(lines[len(lines)-logTail:], ""))
+		default:
 			t.Logf("%s:\n%s", e.Name(), b)
 		}
 	}
 }
+
+// logTail is how many lines of each worker's log logWorkers shows.
+const logTail = 40
 
 // expectClean asserts a guarded plan found nothing wrong.
 func expectClean(t *testing.T, r *Result) {
