@@ -163,7 +163,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	l, err := st.client.TryAcquire(tctx, f.key, leaseOpts...)
 	cancel()
 	err = st.wrap(err)
-	if errors.Is(err, fence.ErrHeld) && !f.noWait {
+	if waitsOn(err, f) {
 		var sig os.Signal
 		l, err, sig = waitFor(ctx, st, f, leaseOpts, err, ev, sigs)
 		if sig != nil {
@@ -184,6 +184,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	ev.emit(event{Event: "acquired", Store: st.url, Token: l.Token(), Owner: l.Owner(),
 		Message: fmt.Sprintf("acquired %q with token %d", f.key, l.Token())}, false)
 	return runHeld(l, f, ev, sigs)
+}
+
+// waitsOn reports whether run waits after a first try that failed with
+// err: for a held key, and for a store that answered that it cannot
+// grant for now (fence.ErrUnavailable: a failover, an election, a full
+// pool), which the Client waits through; not with --no-wait. A store
+// that cannot be opened at all fails at once: fence cannot tell one that
+// is down for a moment from a wrong address.
+func waitsOn(err error, f runFlags) bool {
+	return !f.noWait && (errors.Is(err, fence.ErrHeld) || errors.Is(err, fence.ErrUnavailable))
 }
 
 func reportHeld(ctx context.Context, st *store, held *fence.HeldError, f runFlags, ev *events) {

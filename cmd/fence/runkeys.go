@@ -139,7 +139,7 @@ func runKeys(ctx context.Context, st *store, f runFlags, opts []fence.AcquireOpt
 	set, err := st.client.TryAcquireAll(tctx, f.keys, opts...)
 	cancel()
 	err = st.wrap(err)
-	if errors.Is(err, fence.ErrHeld) && !f.noWait {
+	if waitsOn(err, f) {
 		var sig os.Signal
 		set, err, sig = waitForAll(ctx, st, f, opts, err, ev, sigs)
 		if sig != nil {
@@ -167,13 +167,16 @@ func waitForAll(ctx context.Context, st *store, f runFlags, opts []fence.Acquire
 	ev *events, sigs <-chan os.Signal) (*fence.LeaseSet, error, os.Signal) {
 	e := event{Event: "waiting", WaitedMS: int64p(0), Message: fmt.Sprintf("waiting for %q, all of them", f.keys)}
 	var held *fence.HeldError
-	if errors.As(heldErr, &held) {
+	switch {
+	case errors.As(heldErr, &held):
 		e.Message += fmt.Sprintf(": %q is held", held.Key)
 		if h := held.Holder; h != nil {
 			j := toJSON(*h, time.Now())
 			e.Holder = &j
 			e.Message += " by " + describe(*h, time.Now())
 		}
+	case errors.Is(heldErr, fence.ErrUnavailable):
+		e.Message += ": the store is unavailable: " + trimFence(heldErr.Error())
 	}
 	ev.emit(e, true)
 

@@ -22,7 +22,7 @@ const (
 // snapshot is what the store said about the held key at one moment.
 type snapshot struct {
 	holder *fence.Holder // nil if unknown or free
-	err    error         // nil, ErrNotHeld (free), or why fence cannot tell
+	err    error         // nil, ErrNotHeld (free), ErrUnavailable, or why fence cannot tell
 	at     time.Time
 }
 
@@ -77,6 +77,9 @@ func (v *waitView) update(s snapshot) {
 		e.Holder = &j
 		who = ", held by " + describe(*s.holder, time.Now())
 	}
+	if errors.Is(s.err, fence.ErrUnavailable) {
+		who = ": the store is unavailable: " + trimFence(s.err.Error())
+	}
 	if v.first {
 		e.Message = fmt.Sprintf("waiting for %q%s", v.key, who)
 	} else {
@@ -108,6 +111,8 @@ func (v *waitView) line(now time.Time) string {
 		return head + "held by " + describeLive(*s.holder, now, now.Sub(s.at))
 	case errors.Is(s.err, fence.ErrNotHeld):
 		return head + "free now, taking it…"
+	case errors.Is(s.err, fence.ErrUnavailable):
+		return head + "the store is unavailable: " + trimFence(s.err.Error())
 	case errors.Is(s.err, fence.ErrUnsupported):
 		return head + "held (this store cannot tell by whom)"
 	case s.err != nil:
@@ -188,9 +193,12 @@ func waitFor(ctx context.Context, st *store, f runFlags, opts []fence.AcquireOpt
 	defer view.end()
 	first := snapshot{at: time.Now()}
 	var held *fence.HeldError
-	if errors.As(heldErr, &held) && held.Holder != nil {
+	switch {
+	case errors.As(heldErr, &held) && held.Holder != nil:
 		first.holder = held.Holder
-	} else {
+	case errors.Is(heldErr, fence.ErrUnavailable):
+		first.err = heldErr
+	default:
 		ictx, cancel := context.WithTimeout(ctx, storeTimeout)
 		h, err := st.client.Inspect(ictx, f.key)
 		cancel()

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing/fence/internal/testkit/testserver"
+)
+
+// TestRunWaitsThroughUnavailableStore: a store that answers that it
+// cannot grant for now (here a Redis made a replica, as a failover
+// leaves a demoted master: READONLY) does not end a waiting run. fence
+// says it waits and why, and runs CMD once the store grants, for --key
+// and --keys. With --no-wait, or when the wait runs out while the store
+// is still unavailable, it exits 1, not 75: no holder was ever seen.
+func TestRunWaitsThroughUnavailableStore(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	host, port, _ := net.SplitHostPort(testserver.ClosedAddr(t))
+	replicaOf := func(args ...any) {
+		t.Helper()
+		if err := rdb.Do(t.Context(), append([]any{"REPLICAOF"}, args...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replicaOf(host, port)
+	store := "redis://" + srv.Addr()
+	e := newEnv(t)
+
+	r := e.run("run", "--store", store, "--no-wait", "--key", "k", "--", "true")
+	if r.code != exitError || !strings.Contains(r.stderr, "READONLY") || r.took > 10*time.Second {
+		t.Errorf("--no-wait on a store unavailable for now: exit %d after %v; want %d at once, saying READONLY; stderr:\n%s",
+			r.code, r.took.Round(time.Millisecond), exitError, r.stderr)
+	}
+	r = e.run("run", "--store", store, "--wait", "2s", "--key", "k", "--", "true")
+	if r.code != exitError || !strings.Contains(r.stderr, "READONLY") || r.took < 2*time.Second {
+		t.Errorf("--wait 2s on a store unavailable throughout: exit %d after %v; want %d after the 2s, saying READONLY; stderr:\n%s",
+			r.code, r.took.Round(time.Millisecond), exitError, r.stderr)
+	}
+
+	marker := t.TempDir() + "/ran"
+	for _, keys := range [][]string{{"--key", "k"}, {"--keys", "a,b"}} {
+		args := append([]string{"run", "--json", "--store", store, "--wait", "40s"}, keys...)
+		h := e.background(append(args, "--", "touch", marker)...)
+		ev := h.expect(t, "waiting")
+		if msg, _ := ev["message"].(string); !strings.Contains(msg, "the store is unavailable") || !strings.Contains(msg, "READONLY") {
+			t.Errorf("fence %s: waiting event %q; want it to say the store is unavailable, and why", keys[0], msg)
+		}
+		time.Sleep(time.Second)
+		replicaOf("NO", "ONE")
+		h.expect(t, "started")
+		if code := h.wait(t); code != exitOK {
+			t.Errorf("fence %s: exit %d once the store could grant; want 0; it said:\n%s", keys[0], code, h.stderr)
+		}
+		replicaOf(host, port)
+	}
+}
