@@ -146,17 +146,47 @@ func TestPausedHolderCannotInvoiceTwice(t *testing.T) {
 			}
 		}
 	}
-	for customer := ""; customer != "customer-004"; {
-		select {
-		case customer = <-a.preparing:
-		case <-a.done:
-			t.Fatalf("A exited (%d) before preparing its fourth invoice", a.code)
-		case <-time.After(30 * time.Second):
-			t.Fatal("A did not begin its fourth invoice in 30s")
-		}
-	}
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, err := pgxpool.New(ctx, pg.DSN())
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer db.Close()
+	// The stop must land in a step (--step) of preparing, which a loaded
+	// machine can miss: stopped inside its guarded write, A would hold
+	// the guard's row lock, and C's guard would wait for it until A
+	// resumes. PostgreSQL tells: a stopped client's open transaction is
+	// "idle in transaction". Then A goes on, to be stopped at its next
+	// invoice.
+	for try := 0; ; try++ {
+		for customer := ""; customer == "" || (try == 0 && customer != "customer-004"); {
+			select {
+			case customer = <-a.preparing:
+			case <-a.done:
+				t.Fatalf("A exited (%d) before it was stopped mid-batch", a.code)
+			case <-time.After(30 * time.Second):
+				t.Fatal("A began no invoice in 30s")
+			}
+		}
+		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		var busy int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`).Scan(&busy); err != nil {
+			t.Fatal(err)
+		}
+		if busy == 0 {
+			break
+		}
+		if try == 4 {
+			t.Fatalf("A was stopped inside a transaction %d times", try+1)
+		}
+		t.Logf("A stopped inside a transaction (%d sessions not idle); resuming it", busy)
+		if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Log("A stopped mid-batch")
 	time.Sleep(ttl + ttl/2) // A's lease expires in Redis
@@ -177,13 +207,6 @@ func TestPausedHolderCannotInvoiceTwice(t *testing.T) {
 
 	// Every customer invoiced exactly once; A's invoices carry the older
 	// token.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	db, err := pgxpool.New(ctx, pg.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	rows, err := db.Query(ctx, `SELECT customer, count(*), min(instance), min(token), max(token) FROM invoices WHERE period = '2026-10' GROUP BY customer ORDER BY customer`)
 	if err != nil {
 		t.Fatal(err)
