@@ -121,11 +121,14 @@ func init() {
 	server("postgres-session", "postgres", "a private PostgreSQL, session mode (advisory lock on a dedicated connection)", pg("&mode=session"))
 	server("mysql", "mysql", "a private MariaDB (GET_LOCK on a dedicated connection)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.MariaDBServer
-		if err := env.Do(func(tb testing.TB) { srv = testserver.MariaDB(tb) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { srv = testserver.MariaDB(tb, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		s := &Store{
-			addrs: []string{srv.Addr()},
+			clock:   clock,
+			clockNA: clockNA,
+			addrs:   []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {
 				return fmt.Sprintf("mysql://root@%s/%s", a[0], srv.Database())
 			},

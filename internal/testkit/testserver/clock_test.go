@@ -19,6 +19,7 @@ func TestFakeClock(t *testing.T) {
 	}
 	pg := Postgres(t, Clock(c))
 	r := Redis(t, Clock(c))
+	my := MariaDB(t, Clock(c))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	since := func(what string, us string, err error) time.Duration {
@@ -39,6 +40,13 @@ func TestFakeClock(t *testing.T) {
 				return since("clock_timestamp", "", err)
 			}
 			return since("clock_timestamp", rows[0][0], nil)
+		},
+		"mariadb NOW(6)": func() time.Duration {
+			rows, err := myQuery(ctx, my.Addr(), "", "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)")
+			if err != nil {
+				return since("NOW(6)", "", err)
+			}
+			return since("NOW(6)", rows[0][0], nil)
 		},
 		"redis TIME": func() time.Duration {
 			v, err := redisDo(ctx, r.Addr(), "TIME")

@@ -44,6 +44,7 @@ func MariaDB(t testing.TB, opts ...Option) *MariaDBServer {
 	bin := Require(t, "mariadbd")
 	install := Require(t, "mariadb-install-db")
 	o := collect(opts)
+	o.check(t, "MariaDB", credentials{clock: true})
 
 	base := dataDir(t, "mariadb")
 	data := filepath.Join(base, "data")
@@ -92,6 +93,7 @@ func MariaDB(t testing.TB, opts ...Option) *MariaDBServer {
 			path: bin,
 			args: args,
 			dir:  base,
+			env:  o.clock.env(),
 			port: port,
 			ping: func(ctx context.Context) error {
 				_, err := myQuery(ctx, addr, "", "SELECT 1")
