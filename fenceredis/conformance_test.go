@@ -69,6 +69,7 @@ func outage(srvs ...*testserver.RedisServer) func(t *testing.T) (restore func())
 }
 
 func TestConformanceSingle(t *testing.T) {
+	t.Parallel() // each suite on servers of its own
 	fencetest.Run(t, fencetest.Config{
 		TTL: suiteTTL,
 		Setup: func(t *testing.T) fencetest.Store {
@@ -85,6 +86,7 @@ func TestConformanceSingle(t *testing.T) {
 // keys may hash to another's; a whole cluster killed comes back only once
 // its nodes agree again, on no bound the suite can wait for.
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel() // each suite on servers of its own
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,
 		Setup: store(func(t *testing.T) string { return connectCluster(testserver.RedisCluster(t, 3)) }),
@@ -97,6 +99,7 @@ func TestConformanceCluster(t *testing.T) {
 // either: a master killed for longer than down-after-milliseconds is
 // failed over, which ends the outage early.
 func TestConformanceSentinel(t *testing.T) {
+	t.Parallel() // each suite on servers of its own
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,
 		Setup: store(func(t *testing.T) string { return connectSentinel(testserver.RedisSentinel(t, 1, 1)) }),
@@ -116,6 +119,7 @@ func redlockStore(n int) func(t *testing.T) fencetest.Store {
 }
 
 func TestConformanceRedlock3(t *testing.T) {
+	t.Parallel() // each suite on servers of its own
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,
 		Setup: redlockStore(3),
@@ -124,6 +128,7 @@ func TestConformanceRedlock3(t *testing.T) {
 }
 
 func TestConformanceRedlock5(t *testing.T) {
+	t.Parallel() // each suite on servers of its own
 	fencetest.Run(t, fencetest.Config{
 		TTL:   suiteTTL,
 		Setup: redlockStore(5),
