@@ -165,6 +165,7 @@ func outage(srv *testserver.NATSServer) func(t *testing.T) func() {
 // NATS KV entries end with their TTL, bound to no session: no
 // KillSession.
 func TestConformance(t *testing.T) {
+	t.Parallel() // on a server of its own
 	fencetest.Run(t, fencetest.Config{
 		TTL: ttl,
 		// No Store.Outage here (TestConformanceMaxAge has it): after
@@ -182,6 +183,7 @@ func TestConformance(t *testing.T) {
 // TestConformanceMaxAge runs the suite on a bucket that expires keys by its
 // max age, as on servers older than 2.11.
 func TestConformanceMaxAge(t *testing.T) {
+	t.Parallel() // on a server of its own
 	fencetest.Run(t, fencetest.Config{
 		TTL: ttl,
 		Setup: func(t *testing.T) fencetest.Store {

@@ -65,6 +65,7 @@ func exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 }
 
 func TestConformanceLease(t *testing.T) {
+	t.Parallel() // on a server of its own
 	var pool *pgxpool.Pool
 	fencetest.Run(t, fencetest.Config{
 		TTL: 2 * time.Second,
@@ -107,6 +108,7 @@ func TestConformanceLease(t *testing.T) {
 }
 
 func TestConformanceSession(t *testing.T) {
+	t.Parallel() // on a server of its own
 	var pool *pgxpool.Pool
 	fencetest.Run(t, fencetest.Config{
 		TTL:          2 * time.Second,
