@@ -194,6 +194,9 @@ type Config struct {
 	// pauseAt, if set, is when after a grant the pause lands, instead of
 	// a random point in the first slow step.
 	pauseAt time.Duration
+	// cutFor, if set, is how long each fault episode lasts, instead of
+	// the store's cutTime.
+	cutFor time.Duration
 }
 
 // Registers the workers can write to.
@@ -289,6 +292,9 @@ func Run(ctx context.Context, store *Store, cfg Config) (*Result, error) {
 	}
 	// Room for one fault episode at least.
 	min := store.cutTime(cfg.Fault, cfg.TTL) + 2*cfg.TTL
+	if cfg.cutFor > 0 {
+		min = cfg.cutFor + 2*cfg.TTL
+	}
 	if cfg.Fault == FaultPartition {
 		min += time.Duration(cfg.Writes) * cfg.Work // a holder to strand: a lease's length
 	}
@@ -732,6 +738,9 @@ func (p *plan) jitter(d time.Duration) time.Duration {
 func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	ttl := p.cfg.TTL
 	cut := p.store.cutTime(p.cfg.Fault, ttl)
+	if p.cfg.cutFor > 0 {
+		cut = p.cfg.cutFor
+	}
 	episode := cut + ttl/2 // the longest episode, and a margin
 	if p.cfg.Fault == FaultRestart {
 		episode = max(episode, p.store.restartFor+ttl/2)

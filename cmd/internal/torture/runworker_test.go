@@ -84,10 +84,21 @@ func TestFenceRunWorker(t *testing.T) {
 				cfg.Register = RegisterMemory
 			}
 			// On mem, the pause must also show both ends of a loss: the
-			// report, and a stale write the guard refused. Whether the
-			// paused command writes before fence run stops it is up to
-			// the scheduler, so an episode may show only the first.
+			// report, and a stale write the guard refused. The command
+			// writes stale only after the command of the fence run next
+			// granted the key has written, and fence runs and their
+			// commands start slowly on a loaded machine (race-built, a
+			// process each): so the pause lasts 4 TTL instead of 2, and
+			// the command writes on for 6 TTL, past the pause. Whether
+			// it writes before fence run stops it is still up to the
+			// scheduler: an episode may show only the loss.
 			mustBite := spec == "mem" && f == string(FaultPause)
+			if mustBite {
+				cfg.cutFor = 4 * cfg.TTL
+				cfg.Work = 40 * time.Millisecond
+				cfg.Writes = int(6*cfg.TTL/cfg.Work) + 1
+				cfg.Duration = max(cfg.Duration, 12*cfg.TTL+cfg.cutFor)
+			}
 			bit := func(r *Result) bool { return !mustBite || (r.Losses > 0 && r.StaleRefused > 0) }
 			r := run(t, s, cfg)
 			for try := 1; try < 3 && (r.Faults == 0 || !bit(r)); try++ {
