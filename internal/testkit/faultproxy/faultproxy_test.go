@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencing/fence/internal/testkit/leakcheck"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
@@ -296,13 +297,9 @@ func TestReset(t *testing.T) {
 }
 
 func TestTargetDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	p := startProxy(t, addr)
+	// A port closed and left free may be taken by another test binary's
+	// server before the proxy dials it (seen in CI).
+	p := startProxy(t, testserver.ClosedAddr(t))
 	conn, err := net.DialTimeout("tcp", p.Addr(), time.Second)
 	if err != nil {
 		return // reset before the client saw it established: also a refusal
