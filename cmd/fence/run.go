@@ -187,13 +187,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 }
 
 // waitsOn reports whether run waits after a first try that failed with
-// err: for a held key, and for a store that answered that it cannot
-// grant for now (fence.ErrUnavailable: a failover, an election, a full
-// pool), which the Client waits through; not with --no-wait. A store
-// that cannot be opened at all fails at once: fence cannot tell one that
-// is down for a moment from a wrong address.
+// err: for a held key; for a store that answered that it cannot grant
+// for now (fence.ErrUnavailable: a failover, an election, a full pool),
+// which the Client waits through; and for a grant whose reply came back
+// after the lease's validity had ended (fence.ErrLost before run held
+// anything: a store that answers slowly, as a cluster electing a
+// leader), which a waiting Acquire tries again. Not with --no-wait. A
+// store that cannot be opened at all fails at once: fence cannot tell
+// one that is down for a moment from a wrong address.
 func waitsOn(err error, f runFlags) bool {
-	return !f.noWait && (errors.Is(err, fence.ErrHeld) || errors.Is(err, fence.ErrUnavailable))
+	return !f.noWait && (errors.Is(err, fence.ErrHeld) || errors.Is(err, fence.ErrUnavailable) || errors.Is(err, fence.ErrLost))
 }
 
 func reportHeld(ctx context.Context, st *store, held *fence.HeldError, f runFlags, ev *events) {
