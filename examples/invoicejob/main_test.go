@@ -174,7 +174,8 @@ func TestPausedHolderCannotInvoiceTwice(t *testing.T) {
 		}
 		var busy int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`).Scan(&busy); err != nil {
+			WHERE datname = current_database() AND pid <> pg_backend_pid()
+			AND backend_type = 'client backend' AND state LIKE 'idle in transaction%'`).Scan(&busy); err != nil {
 			t.Fatal(err)
 		}
 		if busy == 0 {
