@@ -88,15 +88,15 @@ func TestFenceRunWorker(t *testing.T) {
 			// writes stale only after the command of the fence run next
 			// granted the key has written, and fence runs and their
 			// commands start slowly on a loaded machine (race-built, a
-			// process each): so the pause lasts 4 TTL instead of 2, and
-			// the command writes on for 6 TTL, past the pause. Whether
+			// process each): so the pause lasts 8 TTL instead of 2, and
+			// the command writes on for 10 TTL, past the pause. Whether
 			// it writes before fence run stops it is still up to the
 			// scheduler: an episode may show only the loss.
 			mustBite := spec == "mem" && f == string(FaultPause)
 			if mustBite {
-				cfg.cutFor = 4 * cfg.TTL
+				cfg.cutFor = 8 * cfg.TTL
 				cfg.Work = 40 * time.Millisecond
-				cfg.Writes = int(6*cfg.TTL/cfg.Work) + 1
+				cfg.Writes = int(10*cfg.TTL/cfg.Work) + 1
 				cfg.Duration = max(cfg.Duration, 12*cfg.TTL+cfg.cutFor)
 			}
 			bit := func(r *Result) bool { return !mustBite || (r.Losses > 0 && r.StaleRefused > 0) }
