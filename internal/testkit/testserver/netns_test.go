@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +97,112 @@ func TestNetRemoved(t *testing.T) {
 	if err := exec.Command("ip", "link", "show", "fnb"+id).Run(); err == nil {
 		t.Errorf("the bridge of a finished Net remains")
 	}
+}
+
+// TestSentinelPartition cuts the master's host (the master and a
+// Sentinel) from the others: the master goes on taking writes from its
+// clients while the majority's Sentinels promote a replica; healed, the
+// old master becomes the new one's replica and drops what it took. A cut
+// that did not bite would leave the Sentinels naming the old master.
+func TestSentinelPartition(t *testing.T) {
+	t.Parallel()
+	n := NewNet(t, 3)
+	s := timed(t, "redis sentinel of 3 data servers and 3 sentinels on test hosts", func() *RedisSentinelServer { return RedisSentinel(t, 2, 3, OnNet(n)) })
+	for i, p := range []*Process{s.Nodes[0].Process, s.Nodes[1].Process, s.Nodes[2].Process} {
+		if host, _, _ := net.SplitHostPort(p.Addr()); host != n.IP(i) || host != hostOf(s.Sentinels[i].Addr()) {
+			t.Fatalf("data server %d on %s, sentinel on %s, want host %s", i, p.Addr(), s.Sentinels[i].Addr(), n.IP(i))
+		}
+	}
+	ctx := testContext(t)
+	old := s.Master()
+	if old != s.Nodes[0] {
+		t.Fatalf("master %s, want data server 0", old.Addr())
+	}
+	if err := n.Isolate(0); err != nil {
+		t.Fatal(err)
+	}
+	var promoted *RedisServer
+	eventually(t, 30*time.Second, "the majority promotes a replica", func() error {
+		m, err := s.MajorityMaster(ctx)
+		switch {
+		case err != nil:
+			return err
+		case m == old:
+			return fmt.Errorf("the majority still names %s", m.Addr())
+		}
+		role, err := m.role(ctx)
+		if err != nil || role[0] != "master" {
+			return fmt.Errorf("%s: ROLE %v, %v", m.Addr(), role, err)
+		}
+		promoted = m
+		return nil
+	})
+	if a, err := s.Sentinels[0].master(ctx); err != nil || a != old.Addr() {
+		t.Fatalf("the cut-off sentinel names %q, %v; want the old master %s", a, err, old.Addr())
+	}
+	// Both take writes: two masters.
+	for _, m := range []*RedisServer{old, promoted} {
+		if v, err := m.do(ctx, "SET", "side", m.Addr()); err != nil || v != "OK" {
+			t.Fatalf("SET on %s = %v, %v", m.Addr(), v, err)
+		}
+	}
+	if err := n.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitReady()
+	if m := s.Master(); m != promoted {
+		t.Fatalf("after the heal the Sentinels name %s, want %s", m.Addr(), promoted.Addr())
+	}
+	eventually(t, 30*time.Second, "the old master copies the new one", func() error {
+		v, err := old.do(ctx, "GET", "side")
+		if err != nil || v != promoted.Addr() {
+			return fmt.Errorf("GET side on the old master = %v, %v; want %s", v, err, promoted.Addr())
+		}
+		return nil
+	})
+}
+
+// TestRedisClusterPartition cuts a master of a Redis Cluster from every
+// other node: after cluster-node-timeout it refuses commands, and the
+// majority promotes its replica; healed, it rejoins as that replica's
+// replica.
+func TestRedisClusterPartition(t *testing.T) {
+	t.Parallel()
+	n := NewNet(t, 6)
+	c := timed(t, "redis cluster of 3 masters and 3 replicas on test hosts", func() *RedisClusterServer { return RedisClusterReplicas(t, 3, 1, OnNet(n)) })
+	for i, nd := range c.Nodes {
+		if hostOf(nd.Addr()) != n.IP(i) {
+			t.Fatalf("node %d on %s, want host %s", i, nd.Addr(), n.IP(i))
+		}
+	}
+	ctx := testContext(t)
+	old := c.Masters()[0]
+	replicas := c.ReplicasOf(old)
+	cut := slices.Index(c.Nodes, old)
+	if len(replicas) != 1 || cut < 0 {
+		t.Fatalf("master %s has replicas %v", old.Addr(), replicas)
+	}
+	if err := n.Isolate(cut); err != nil {
+		t.Fatal(err)
+	}
+	promoted := c.WaitFailover(old, replicas)
+	eventually(t, 10*time.Second, "the cut-off master refuses", func() error {
+		v, err := old.do(ctx, "CLUSTER", "INFO")
+		if info, _ := v.(string); err != nil || !strings.Contains(info, "cluster_state:fail") {
+			return fmt.Errorf("CLUSTER INFO on the cut-off master: %v, %v", v, err)
+		}
+		return nil
+	})
+	if err := n.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitReady()
+	if r := c.ReplicasOf(promoted); len(r) != 1 || r[0] != old {
+		t.Fatalf("after the heal %s has replicas %v, want the old master %s", promoted.Addr(), r, old.Addr())
+	}
+}
+
+func hostOf(addr string) string {
+	h, _, _ := net.SplitHostPort(addr)
+	return h
 }

@@ -47,7 +47,8 @@ func Args(args ...string) Option {
 // OnNet starts a cluster's members on the hosts of n, member i on host i
 // (n must have a host per member): they listen on their host's address
 // and talk to one another over n, which can then cut them apart
-// (Net.Partition). EtcdCluster, ZooKeeperEnsemble and NATSCluster take it.
+// (Net.Partition). EtcdCluster, ZooKeeperEnsemble, NATSCluster,
+// RedisSentinel and RedisClusterReplicas take it.
 func OnNet(n *Net) Option {
 	return func(o *options) { o.net = n }
 }

@@ -73,6 +73,10 @@ type redisSpec struct {
 	// restarts.
 	conf string
 	args []string // more arguments, before the Option ones
+	// net, if set, runs the server on host of the test hosts net,
+	// listening on the host's address (OnNet).
+	net  *Net
+	host int
 }
 
 func startRedis(t testing.TB, bin string, s redisSpec, o options) *RedisServer {
@@ -95,20 +99,26 @@ func startRedis(t testing.TB, bin string, s redisSpec, o options) *RedisServer {
 		if err != nil {
 			return err
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		ip := memberIP(s.net, s.host)
+		addr := net.JoinHostPort(ip, strconv.Itoa(port))
 		var args []string
 		if confPath != "" {
 			args = append(args, confPath)
 		}
 		args = append(args,
 			"--port", strconv.Itoa(port),
-			"--bind", "127.0.0.1",
+			"--bind", ip,
 			"--save", "",
 			"--appendonly", "no",
 			"--dir", dir,
 			"--daemonize", "no",
 			"--logfile", "",
 		)
+		if s.net != nil {
+			// Off loopback, a server without a password refuses every
+			// client; the test hosts' network is the test's own.
+			args = append(args, "--protected-mode", "no")
+		}
 		if s.cluster {
 			timeout := 5 * time.Second
 			if s.nodeTimeout > 0 {
@@ -134,6 +144,8 @@ func startRedis(t testing.TB, bin string, s redisSpec, o options) *RedisServer {
 			dir:  dir,
 			port: port,
 			env:  o.clock.env(),
+			net:  s.net,
+			host: s.host,
 			ping: func(ctx context.Context) error {
 				v, err := redisDoAs(ctx, addr, o.password, "PING")
 				if err == nil && v != "PONG" {
@@ -149,7 +161,7 @@ func startRedis(t testing.TB, bin string, s redisSpec, o options) *RedisServer {
 
 // RedisClusterServer is a Redis Cluster, each node a private redis-server
 // with no persistence: masters only (RedisCluster), or masters with
-// replicas (RedisClusterReplicas).
+// replicas (RedisClusterReplicas). Started OnNet, node i runs on host i.
 type RedisClusterServer struct {
 	// Nodes are every node, masters and replicas; which is which changes
 	// with failovers: ask Masters and ReplicasOf.
@@ -158,7 +170,8 @@ type RedisClusterServer struct {
 	tb      testing.TB
 }
 
-// Addrs returns the nodes' addresses, "127.0.0.1:port" each.
+// Addrs returns the nodes' addresses, "127.0.0.1:port" each (their hosts'
+// addresses, OnNet).
 func (c *RedisClusterServer) Addrs() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
@@ -184,9 +197,10 @@ const RedisClusterFailoverTimeout = 2 * time.Second
 // each with replicas (at least 1) that replicate it, and waits until every
 // node reports cluster_state:ok and every replica's link to its master is
 // up. Nodes with cluster-node-timeout RedisClusterFailoverTimeout promote
-// a replica of a master killed for that long; the killed master, started
-// again (empty, its nodes.conf kept), rejoins as a replica of the promoted
-// one.
+// a replica of a master killed (or cut off, OnNet) for that long; the
+// killed master, started again (empty, its nodes.conf kept), rejoins as a
+// replica of the promoted one. OnNet, the net needs a host per node,
+// masters*(1+replicas).
 func RedisClusterReplicas(t testing.TB, masters, replicas int, opts ...Option) *RedisClusterServer {
 	t.Helper()
 	if replicas < 1 {
@@ -203,7 +217,11 @@ func redisCluster(t testing.TB, what string, masters, replicas int, nodeTimeout 
 	bin := Require(t, "redis-server")
 	cli := Require(t, "redis-cli")
 	o := collect(opts)
-	o.check(t, what, credentials{})
+	o.check(t, what, credentials{net: replicas > 0})
+	nodes := masters * (1 + replicas)
+	if o.net != nil && o.net.Len() < nodes {
+		t.Fatalf("testserver: %s of %d nodes on a net of %d hosts", what, nodes, o.net.Len())
+	}
 	c := &RedisClusterServer{masters: masters, tb: t}
 	// Replicas sync over the socket and leave no RDB file behind, so a
 	// restarted node always comes back empty.
@@ -211,8 +229,8 @@ func redisCluster(t testing.TB, what string, masters, replicas int, nodeTimeout 
 	if replicas > 0 {
 		args = []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", "--rdb-del-sync-files", "yes"}
 	}
-	for range masters * (1 + replicas) {
-		c.Nodes = append(c.Nodes, startRedis(t, bin, redisSpec{cluster: true, nodeTimeout: nodeTimeout, args: args}, o))
+	for i := range nodes {
+		c.Nodes = append(c.Nodes, startRedis(t, bin, redisSpec{cluster: true, nodeTimeout: nodeTimeout, args: args, net: o.net, host: i}, o))
 	}
 	cargs := append([]string{"--cluster", "create"}, c.Addrs()...)
 	cargs = append(cargs, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
@@ -232,6 +250,12 @@ func redisCluster(t testing.TB, what string, masters, replicas int, nodeTimeout 
 // answer ROLE as masters as the cluster was made with (a killed master
 // started again believes it is one until the others tell it of its
 // replica's promotion). It fails the test after ReadyTimeout.
+//
+// Started OnNet, the nodes can be cut apart (Net.Isolate): a master cut
+// from the others stops taking writes (CLUSTERDOWN) once it has missed
+// the majority for cluster-node-timeout, and the majority promotes its
+// replica about then; healed, it learns of the promotion and turns into
+// that replica's replica.
 func (c *RedisClusterServer) WaitReady() {
 	c.tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)

@@ -24,7 +24,8 @@ const (
 const sentinelMasterName = "fence-master"
 
 // RedisSentinelServer is a Redis master with replicas, watched by Redis
-// Sentinels, all private processes on loopback with no persistence.
+// Sentinels, all private processes on loopback (or on test hosts, OnNet)
+// with no persistence.
 //
 // The data servers keep their role in a configuration file that Sentinel
 // rewrites (CONFIG REWRITE), as in a real deployment: a promoted replica
@@ -63,7 +64,8 @@ func (s *SentinelServer) do(ctx context.Context, args ...string) (any, error) {
 // go-redis's FailoverOptions.MasterName takes it.
 func (s *RedisSentinelServer) MasterName() string { return sentinelMasterName }
 
-// SentinelAddrs returns the Sentinels' addresses, "127.0.0.1:port" each, as
+// SentinelAddrs returns the Sentinels' addresses, "127.0.0.1:port" each
+// (their hosts' addresses, OnNet), as
 // go-redis's FailoverOptions.SentinelAddrs takes them.
 func (s *RedisSentinelServer) SentinelAddrs() []string {
 	out := make([]string, len(s.Sentinels))
@@ -80,6 +82,15 @@ func (s *RedisSentinelServer) SentinelAddrs() []string {
 // once WaitReady does. opts apply to the data servers, not the Sentinels,
 // but for SentinelPassword; the Sentinels are given the data servers'
 // Password.
+//
+// OnNet, data server i and Sentinel i run on host i, as a deployment
+// runs a Sentinel beside each Redis (the net needs as many hosts as the
+// larger of the two counts). A master cut from its replicas and the
+// other Sentinels (Net.Isolate) goes on taking writes from its clients;
+// the Sentinels of the majority promote a replica (MajorityMaster names
+// it), the cut-off Sentinel still names the old master, and after Heal
+// the Sentinels turn the old master into a replica of the new one, which
+// drops what it took meanwhile.
 func RedisSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *RedisSentinelServer {
 	t.Helper()
 	if replicas < 1 || sentinels < 1 {
@@ -87,7 +98,10 @@ func RedisSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *Redis
 	}
 	bin := Require(t, "redis-server")
 	o := collect(opts)
-	o.check(t, "RedisSentinel", credentials{password: true, sentinelPassword: true})
+	o.check(t, "RedisSentinel", credentials{password: true, sentinelPassword: true, net: true})
+	if o.net != nil && o.net.Len() < max(1+replicas, sentinels) {
+		t.Fatalf("testserver: RedisSentinel of %d data servers and %d Sentinels on a net of %d hosts", 1+replicas, sentinels, o.net.Len())
+	}
 	s := &RedisSentinelServer{tb: t}
 	// Replicas sync over the socket at once (no RDB file, no 5 second wait
 	// for more replicas), and delete any RDB file a sync leaves, so a
@@ -97,26 +111,29 @@ func RedisSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *Redis
 		"--repl-diskless-sync-delay", "0",
 		"--rdb-del-sync-files", "yes",
 	}
-	master := startRedis(t, bin, redisSpec{conf: "# fence test master\n", args: args}, o)
+	master := startRedis(t, bin, redisSpec{conf: "# fence test master\n", args: args, net: o.net}, o)
 	s.Nodes = append(s.Nodes, master)
-	for range replicas {
-		conf := fmt.Sprintf("# fence test replica\nreplicaof 127.0.0.1 %d\n", master.Port())
-		s.Nodes = append(s.Nodes, startRedis(t, bin, redisSpec{conf: conf, args: args}, o))
+	masterHost, _, _ := net.SplitHostPort(master.Addr())
+	for i := range replicas {
+		conf := fmt.Sprintf("# fence test replica\nreplicaof %s %d\n", masterHost, master.Port())
+		s.Nodes = append(s.Nodes, startRedis(t, bin, redisSpec{conf: conf, args: args, net: o.net, host: 1 + i}, o))
 	}
-	for range sentinels {
-		s.Sentinels = append(s.Sentinels, startSentinel(t, bin, master.Port(), sentinels/2+1, o))
+	for i := range sentinels {
+		s.Sentinels = append(s.Sentinels, startSentinel(t, bin, masterHost, master.Port(), sentinels/2+1, i, o))
 	}
 	s.WaitReady()
 	return s
 }
 
-// startSentinel starts a Sentinel monitoring the master at masterPort,
-// which requires o.password (if set) of its clients, and that requires
-// o.sentinelPassword (if set) of its own.
-func startSentinel(t testing.TB, bin string, masterPort, quorum int, o options) *SentinelServer {
+// startSentinel starts a Sentinel (on host of o.net, if set) monitoring
+// the master at masterHost:masterPort, which requires o.password (if set)
+// of its clients, and that requires o.sentinelPassword (if set) of its
+// own.
+func startSentinel(t testing.TB, bin, masterHost string, masterPort, quorum, host int, o options) *SentinelServer {
 	t.Helper()
 	dir := dataDir(t, "redis-sentinel")
 	conf := filepath.Join(dir, "sentinel.conf")
+	ip := memberIP(o.net, host)
 	var sn *SentinelServer
 	startRetrying(t, "redis-sentinel", func() error {
 		port, err := freePort(0)
@@ -128,14 +145,17 @@ func startSentinel(t testing.TB, bin string, masterPort, quorum int, o options) 
 		name := sentinelMasterName
 		lines := []string{
 			"port " + strconv.Itoa(port),
-			"bind 127.0.0.1",
+			"bind " + ip,
 			"daemonize no",
 			`logfile ""`,
 			"dir " + dir,
-			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", name, masterPort, quorum),
+			fmt.Sprintf("sentinel monitor %s %s %d %d", name, masterHost, masterPort, quorum),
 			fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, SentinelDownAfter.Milliseconds()),
 			fmt.Sprintf("sentinel failover-timeout %s %d", name, SentinelFailoverTimeout.Milliseconds()),
 			fmt.Sprintf("sentinel parallel-syncs %s 1", name),
+		}
+		if o.net != nil {
+			lines = append(lines, "protected-mode no") // see startRedis
 		}
 		if o.password != "" {
 			lines = append(lines, fmt.Sprintf("sentinel auth-pass %s %s", name, o.password))
@@ -148,13 +168,15 @@ func startSentinel(t testing.TB, bin string, masterPort, quorum int, o options) 
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return err
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		addr := net.JoinHostPort(ip, strconv.Itoa(port))
 		sn = &SentinelServer{password: o.sentinelPassword, Process: newProcess(t, procSpec{
 			name: "redis-sentinel",
 			path: bin,
 			args: []string{conf, "--sentinel"},
 			dir:  dir,
 			port: port,
+			net:  o.net,
+			host: host,
 			ping: func(ctx context.Context) error {
 				v, err := redisDoAs(ctx, addr, o.sentinelPassword, "PING")
 				if err == nil && v != "PONG" {
@@ -283,6 +305,49 @@ func (s *RedisSentinelServer) waitFor(what string, check func(ctx context.Contex
 	}
 }
 
+// MajorityMaster returns the data server that a majority of all the
+// Sentinels name as the master: during a partition, the one the
+// Sentinels on the majority's side promoted, while a cut-off Sentinel
+// may still name the old one. It returns an error (it does not fail the
+// test) when no majority names one server, so any goroutine may call it.
+func (s *RedisSentinelServer) MajorityMaster(ctx context.Context) (*RedisServer, error) {
+	votes := map[string]int{}
+	var errs []string
+	for _, sn := range s.Sentinels {
+		if sn.Pid() == 0 {
+			continue
+		}
+		addr, err := sn.master(ctx)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		votes[addr]++
+	}
+	for addr, v := range votes {
+		if v > len(s.Sentinels)/2 {
+			if n := s.node(addr); n != nil {
+				return n, nil
+			}
+			return nil, fmt.Errorf("a majority of the Sentinels name %s, none of the data servers", addr)
+		}
+	}
+	return nil, fmt.Errorf("no majority of the %d Sentinels names one master: %v %s", len(s.Sentinels), votes, strings.Join(errs, "; "))
+}
+
+// master returns the master's address as this Sentinel names it.
+func (s *SentinelServer) master(ctx context.Context) (string, error) {
+	v, err := s.do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sentinelMasterName)
+	if err != nil {
+		return "", fmt.Errorf("sentinel %s: %v", s.Addr(), err)
+	}
+	hp, ok := v.([]any)
+	if !ok || len(hp) != 2 {
+		return "", fmt.Errorf("sentinel %s: get-master-addr-by-name answered %v", s.Addr(), v)
+	}
+	return net.JoinHostPort(fmt.Sprint(hp[0]), fmt.Sprint(hp[1])), nil
+}
+
 // masterAddr returns the master every running Sentinel names; an error if
 // none runs, one does not answer, or they disagree.
 func (s *RedisSentinelServer) masterAddr(ctx context.Context) (string, error) {
@@ -291,15 +356,10 @@ func (s *RedisSentinelServer) masterAddr(ctx context.Context) (string, error) {
 		if sn.Pid() == 0 {
 			continue
 		}
-		v, err := sn.do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sentinelMasterName)
+		a, err := sn.master(ctx)
 		if err != nil {
-			return "", fmt.Errorf("sentinel %s: %v", sn.Addr(), err)
+			return "", err
 		}
-		hp, ok := v.([]any)
-		if !ok || len(hp) != 2 {
-			return "", fmt.Errorf("sentinel %s: get-master-addr-by-name answered %v", sn.Addr(), v)
-		}
-		a := net.JoinHostPort(fmt.Sprint(hp[0]), fmt.Sprint(hp[1]))
 		if addr != "" && a != addr {
 			return "", fmt.Errorf("sentinels disagree on the master: %s and %s", addr, a)
 		}
