@@ -296,17 +296,22 @@ func lossEpisodes(events []Event) []lossEpisode {
 }
 
 // crashOverlap reports whether the overlap of older with newer is the one
-// a loss of the store's state makes, and no longer: older was granted
-// before the state was lost, newer after the episode began (the store no
-// longer knew older's lease, and granted the key again), and older's
-// belief ended within a TTL of the loss (its validity counts from a
-// renewal sent before the loss; a renewal after it must fail), plus the
-// lag of recording the loss. A driver that renewed a lease the store had
-// forgotten, or a holder that went on believing, overlaps longer and
-// fails the plan.
+// a loss of the store's state makes, and no longer: one of the two was
+// granted before the state was lost, the other after the episode began
+// (the store no longer knew the first one's lease, and granted the key
+// again), and the first one's belief ended within a TTL of the loss (its
+// validity counts from a renewal sent before the loss; a renewal after it
+// must fail), plus the lag of recording the loss. The forgotten lease is
+// usually the older; in a partition it may be the newer, granted on the
+// cut-off side after the majority's side granted the key. A driver that
+// renewed a lease the store had forgotten, or a holder that went on
+// believing, overlaps longer and fails the plan.
 func crashOverlap(older, newer leaseSpan, episodes []lossEpisode, ttl time.Duration) bool {
+	forgotten := func(lost, other leaseSpan, ep lossEpisode) bool {
+		return lost.From < ep.Loss && other.From > ep.Start && lost.To <= ep.Loss+int64(ttl+overlapSlack(ttl))
+	}
 	for _, ep := range episodes {
-		if older.From < ep.Loss && newer.From > ep.Start && older.To <= ep.Loss+int64(ttl+overlapSlack(ttl)) {
+		if forgotten(older, newer, ep) || forgotten(newer, older, ep) {
 			return true
 		}
 	}

@@ -246,6 +246,34 @@ func TestCrashOverlap(t *testing.T) {
 	}
 }
 
+// TestCrashOverlapNewerForgotten: in a partition the forgotten lease may
+// be the newer one, granted on the cut-off side after the majority's side
+// granted the key: A is granted at 1 ms on the majority's side (after the
+// cut at 0) and holds to 40 ms; B is granted at 11 ms on the cut-off
+// side, whose writes are lost at 12 ms, and believes until 20 ms. Within
+// a TTL of the loss that is explained; past it, it fails the plan.
+func TestCrashOverlapNewerForgotten(t *testing.T) {
+	for ttl, want := range map[time.Duration]bool{10 * time.Millisecond: false, 5 * time.Millisecond: true} {
+		var h history
+		h.acquire(0, "k", 0, 1, 33)
+		h.acquire(1, "k", 1, 11, 34)
+		h.release(1, "k", 20, 34)
+		h.release(0, "k", 40, 33)
+		events := append(h.events,
+			Event{W: -1, Op: OpFault, T: 0},
+			Event{W: -1, Op: OpFault, T: 12e6, Loss: true},
+			Event{W: -1, Op: OpFault, T: 13e6, End: true})
+		r := &Result{Fault: FaultPartition, TTL: ttl}
+		analyze(r, events, nil, 1e6*1e6, 10*time.Second)
+		if r.Overlaps != 1 {
+			t.Fatalf("TTL %v: %d overlaps, want 1", ttl, r.Overlaps)
+		}
+		if flagged := slices.ContainsFunc(r.Violations, func(v string) bool { return strings.Contains(v, "believed") }); flagged != want {
+			t.Errorf("TTL %v: flagged %v, want %v (%q)", ttl, flagged, want, r.Violations)
+		}
+	}
+}
+
 // TestNextGrant: the time from each restart to the next lease granted,
 // the episodes with no grant after it counted ("none" if every one);
 // only restart and partition plans measure it.

@@ -40,9 +40,9 @@ func netOpts(nt *testserver.Net) []testserver.Option {
 // cut off for the episode must have been replaced by one the majority
 // elected (a partition that cut nothing would leave it leading), and a
 // follower cut off must not have taken the lead.
-func partitionMember(nt cutter, names []string, leader func() (int, error)) func() (string, int, func() error, error) {
+func partitionMember(nt cutter, names []string, leader func() (int, error)) func(func(string)) (string, int, func() error, error) {
 	next := leaderThenFollower(len(names), leader)
-	return func() (string, int, func() error, error) {
+	return func(func(string)) (string, int, func() error, error) {
 		i, role, err := next()
 		if err != nil {
 			return "", 0, nil, err
@@ -81,4 +81,94 @@ func (s *Store) setNet(nt *testserver.Net, why string, names []string, leader fu
 	}
 	s.partition = partitionMember(nt, names, leader)
 	s.partitionFor = elect
+}
+
+// masterCut is how partitionMaster cuts a Redis deployment whose data
+// servers run one per host of a net: a master with replicas that a
+// majority (of Sentinels, of Cluster masters) fails over.
+type masterCut struct {
+	what  string   // "redis master", for messages
+	names []string // the data servers, host i's first
+	// master returns the master to cut: the one the plan's lease is on.
+	master func() (int, error)
+	// replica returns a replica of master i, to cut in turn.
+	replica func(master int) (int, error)
+	// promoted waits until the majority has promoted a replica in place
+	// of the cut-off master old, and returns it; an error if it does not
+	// within its wait.
+	promoted func(old int) (int, error)
+	// ready waits, after the heal, until the deployment is whole again.
+	ready func() error
+	// minorityWrites says the cut-off master takes writes until, after
+	// the heal, it is turned into a replica (Sentinel); otherwise it
+	// refuses them once the majority may promote (Redis Cluster).
+	minorityWrites bool
+}
+
+// partitionMaster returns the Store.partition of a Redis deployment: it
+// cuts the master the plan's lease is on from its peers, then one of its
+// replicas, in turn. A cut master's heal first checks that the majority
+// promoted a replica in its place (a partition that cut nothing leaves
+// no new master): the cut-off master is then one of two, and what it
+// took meanwhile is lost (called lost) when it stops taking writes for
+// good.
+func partitionMaster(nt cutter, mc masterCut) func(lost func(string)) (string, int, func() error, error) {
+	episode := 0
+	return func(lost func(string)) (string, int, func() error, error) {
+		m, err := mc.master()
+		if err != nil {
+			return "", 0, nil, err
+		}
+		episode++
+		if episode%2 == 0 {
+			r, err := mc.replica(m)
+			if err != nil {
+				return "", 0, nil, err
+			}
+			if err := nt.Isolate(r); err != nil {
+				return "", 0, nil, err
+			}
+			heal := func() error {
+				if err := nt.Heal(); err != nil {
+					return err
+				}
+				return mc.ready()
+			}
+			return fmt.Sprintf("cut %s replica %s from its peers (its clients still reach it)", mc.what, mc.names[r]), r, heal, nil
+		}
+		if err := nt.Isolate(m); err != nil {
+			return "", 0, nil, err
+		}
+		type promotion struct {
+			i   int
+			err error
+			at  time.Time
+		}
+		done := make(chan promotion, 1)
+		go func() {
+			p, err := mc.promoted(m)
+			if err == nil && !mc.minorityWrites {
+				lost(fmt.Sprintf("%s promoted in place of the cut-off %s, which refuses writes by now: what it took after the cut is lost", mc.names[p], mc.names[m]))
+			}
+			done <- promotion{p, err, time.Now()}
+		}()
+		heal := func() error {
+			p := <-done
+			herr := nt.Heal()
+			if p.err != nil {
+				return errors.Join(fmt.Errorf("the partition did not bite: no replica promoted in place of the cut-off %s %s: %w", mc.what, mc.names[m], p.err), herr)
+			}
+			if herr != nil {
+				return herr
+			}
+			if err := mc.ready(); err != nil {
+				return err
+			}
+			if mc.minorityWrites {
+				lost(fmt.Sprintf("%s, cut off and a master beside %s, turned into its replica: what it took while cut off is lost", mc.names[m], mc.names[p.i]))
+			}
+			return nil
+		}
+		return fmt.Sprintf("cut %s %s from its peers (its clients still reach it)", mc.what, mc.names[m]), m, heal, nil
+	}
 }

@@ -1,6 +1,8 @@
 package torture
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -36,7 +38,7 @@ func TestPartitionMustBite(t *testing.T) {
 	} {
 		f := &fakeNet{leader: 1, moveLead: c.moveLead}
 		part := partitionMember(f, names, func() (int, error) { return f.leader, nil })
-		desc, member, heal, err := part()
+		desc, member, heal, err := part(nil)
 		if err != nil || !strings.Contains(desc, "leader m1") || f.cut != 1 || member != 1 {
 			t.Fatalf("first episode: %q, %v, cut %d; want the leader m1 cut", desc, err, f.cut)
 		}
@@ -45,7 +47,7 @@ func TestPartitionMustBite(t *testing.T) {
 			if err != nil {
 				t.Fatalf("a partition that moved the lead: heal = %v", err)
 			}
-			desc, member, heal, err := part()
+			desc, member, heal, err := part(nil)
 			if err != nil || !strings.Contains(desc, "follower m1") || member != 1 || heal() != nil {
 				t.Fatalf("second episode: %q, %v; want the follower m1 (after leader m0) cut", desc, err)
 			}
@@ -53,6 +55,65 @@ func TestPartitionMustBite(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("a partition that cut nothing: heal = %v; want %q", err, c.want)
+		}
+	}
+}
+
+// TestPartitionMasterMustBite: a Redis master cut off whose majority
+// promotes no replica fails the episode at its heal; one that promotes
+// marks the loss of what the cut-off master took (at the promotion where
+// it stops taking writes, after the heal's demotion where it does not),
+// and the next episode cuts a replica, whose heal marks no loss.
+func TestPartitionMasterMustBite(t *testing.T) {
+	for _, c := range []struct {
+		promote, minorityWrites bool
+		want                    string
+	}{
+		{false, false, "did not bite"},
+		{true, false, ""},
+		{true, true, ""},
+	} {
+		f := &fakeNet{leader: 1}
+		var steps []string
+		mc := masterCut{
+			what:    "redis master",
+			names:   []string{"r0", "r1", "r2"},
+			master:  func() (int, error) { return f.leader, nil },
+			replica: func(m int) (int, error) { return (m + 1) % 3, nil },
+			promoted: func(old int) (int, error) {
+				if !c.promote {
+					return 0, errors.New("no failover")
+				}
+				steps = append(steps, "promoted")
+				return 2, nil
+			},
+			ready:          func() error { steps = append(steps, "ready"); return nil },
+			minorityWrites: c.minorityWrites,
+		}
+		part := partitionMaster(f, mc)
+		lost := func(string) { steps = append(steps, "lost") }
+		desc, member, heal, err := part(lost)
+		if err != nil || !strings.Contains(desc, "redis master r1") || f.cut != 1 || member != 1 {
+			t.Fatalf("first episode: %q, %v, cut %d; want the master r1 cut", desc, err, f.cut)
+		}
+		err = heal()
+		if c.want != "" {
+			if err == nil || !strings.Contains(err.Error(), c.want) || slices.Contains(steps, "lost") {
+				t.Fatalf("a cut that promoted nothing: heal = %v, steps %v; want %q and no loss", err, steps, c.want)
+			}
+			continue
+		}
+		want := []string{"promoted", "lost", "ready"}
+		if c.minorityWrites {
+			want = []string{"promoted", "ready", "lost"}
+		}
+		if err != nil || !slices.Equal(steps, want) {
+			t.Fatalf("minority writes %v: heal = %v, steps %v; want %v", c.minorityWrites, err, steps, want)
+		}
+		steps = nil
+		desc, member, heal, err = part(lost)
+		if err != nil || !strings.Contains(desc, "replica r2") || member != 2 || heal() != nil || slices.Contains(steps, "lost") {
+			t.Fatalf("second episode: %q, %v, steps %v; want the replica r2 cut and no loss", desc, err, steps)
 		}
 	}
 }

@@ -921,7 +921,7 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 				break
 			}
 			wait(p.jitter(p.cfg.Work))
-			desc, member, heal, err := p.store.partition()
+			desc, member, heal, err := p.store.partition(p.lossFault)
 			if err != nil {
 				p.fault("partition failed: "+err.Error(), true)
 				p.faultErr = fmt.Errorf("partition: %w", err)

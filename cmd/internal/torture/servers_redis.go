@@ -3,6 +3,7 @@ package torture
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ func init() {
 		// cluster: the no-guard proof runs on it (proofStores).
 		kinds[name] = kind{about: about, scheme: scheme, open: open, cluster: true}
 	}
-	server("redis-sentinel", "redis+sentinel", "a private Redis master with two replicas watched by three Sentinels (the restart fault kills the master, which the Sentinels fail over, then a replica, in turn)", openRedisSentinel)
-	server("redis-cluster-failover", "redis+cluster", "a private Redis Cluster of three masters with a replica each (the restart fault kills the master that holds a lease, whose replica is promoted, then a replica, in turn)", openRedisClusterFailover)
+	server("redis-sentinel", "redis+sentinel", "a private Redis master with two replicas watched by three Sentinels, a data server and a Sentinel on each of three test hosts (the restart fault kills the master, which the Sentinels fail over, then a replica, in turn; the partition fault cuts the master's host, then a replica's, from the others)", openRedisSentinel)
+	server("redis-cluster-failover", "redis+cluster", "a private Redis Cluster of three masters with a replica each, each node on a test host of its own (the restart fault kills the master that holds a lease, whose replica is promoted, then a replica, in turn; the partition fault cuts that master, then its replica, from the others)", openRedisClusterFailover)
 }
 
 // A failover episode is the master's death noticed (SentinelDownAfter,
@@ -38,11 +39,89 @@ const (
 )
 
 func openRedisSentinel(env *testserver.Env) (*Store, error) {
-	var srv *testserver.RedisSentinelServer
-	if err := env.Do(func(tb testing.TB) { srv = testserver.RedisSentinel(tb, 2, 3) }); err != nil {
+	nt, why, err := onNet(env, 3)
+	if err != nil {
 		return nil, err
 	}
-	return sentinelStore(env, srv)
+	var srv *testserver.RedisSentinelServer
+	if err := env.Do(func(tb testing.TB) { srv = testserver.RedisSentinel(tb, 2, 3, netOpts(nt)...) }); err != nil {
+		return nil, err
+	}
+	s, err := sentinelStore(env, srv)
+	if err != nil {
+		return nil, err
+	}
+	s.setRedisNet(nt, why, sentinelCut(env, srv), sentinelFailoverFor)
+	return s, nil
+}
+
+// sentinelCut is how the partition fault cuts srv: data server i and
+// Sentinel i share host i. The cut-off master goes on taking writes
+// (no min-replicas-to-write) until, after the heal, the Sentinels make it
+// a replica of the one the majority promoted.
+func sentinelCut(env *testserver.Env, srv *testserver.RedisSentinelServer) masterCut {
+	index := func(n *testserver.RedisServer) (int, error) {
+		if i := slices.Index(srv.Nodes, n); i >= 0 {
+			return i, nil
+		}
+		return 0, fmt.Errorf("redis sentinel: %s is none of the data servers", n.Addr())
+	}
+	turn := 0
+	return masterCut{
+		what:  "redis master",
+		names: redisAddrs(srv.Nodes),
+		master: func() (int, error) {
+			var m *testserver.RedisServer
+			if err := env.Do(func(testing.TB) { m = srv.Master() }); err != nil {
+				return 0, err
+			}
+			return index(m)
+		},
+		replica: func(m int) (int, error) {
+			turn++
+			return (m + 1 + turn%2) % len(srv.Nodes), nil
+		},
+		promoted: func(old int) (int, error) {
+			deadline := time.Now().Add(leaderSettle)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				m, err := srv.MajorityMaster(ctx)
+				cancel()
+				if err == nil && m != srv.Nodes[old] {
+					return index(m)
+				}
+				if err == nil {
+					err = fmt.Errorf("a majority of the Sentinels still names %s", m.Addr())
+				}
+				if time.Now().After(deadline) {
+					return 0, err
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+		},
+		ready:          func() error { return env.Do(func(testing.TB) { srv.WaitReady() }) },
+		minorityWrites: true,
+	}
+}
+
+// setRedisNet gives s the partition fault of a Redis deployment on nt,
+// or says why it has none (why, from onNet). A partition lasts at least
+// failover: long enough for the majority to promote a replica.
+func (s *Store) setRedisNet(nt *testserver.Net, why string, mc masterCut, failover time.Duration) {
+	if nt == nil {
+		s.partitionNA, s.partitionMissing = "no test hosts: "+why, true
+		return
+	}
+	s.partition = partitionMaster(nt, mc)
+	s.partitionFor = failover
+}
+
+func redisAddrs(ns []*testserver.RedisServer) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.Addr()
+	}
+	return out
 }
 
 // sentinelStore is the redis-sentinel store on srv.
@@ -164,8 +243,12 @@ func restartReplica(env *testserver.Env, name string, r *testserver.RedisServer,
 }
 
 func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
+	nt, why, err := onNet(env, 6)
+	if err != nil {
+		return nil, err
+	}
 	var c *testserver.RedisClusterServer
-	if err := env.Do(func(tb testing.TB) { c = testserver.RedisClusterReplicas(tb, 3, 1) }); err != nil {
+	if err := env.Do(func(tb testing.TB) { c = testserver.RedisClusterReplicas(tb, 3, 1, netOpts(nt)...) }); err != nil {
 		return nil, err
 	}
 	seeds := "redis+cluster://" + strings.Join(c.Addrs(), ",")
@@ -225,11 +308,61 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 			return restartAtOnce(env, "redis cluster master "+m.Addr()+" ("+which+")", m, lost, c.WaitReady)
 		},
 	}
+	s.setRedisNet(nt, why, clusterCut(env, c, masters), clusterFailoverFor)
 	var r *testserver.RedisServer
 	if err := env.Do(func(testing.TB) { r = c.ReplicasOf(c.Masters()[0])[0] }); err != nil {
 		return nil, err
 	}
 	return s, s.atOnceTTL(env, r, c.WaitReady)
+}
+
+// clusterCut is how the partition fault cuts c: node i on host i. The
+// cut-off master refuses commands (CLUSTERDOWN) once it has missed the
+// other masters for cluster-node-timeout, about when they promote its
+// replica.
+func clusterCut(env *testserver.Env, c *testserver.RedisClusterServer, masters func() ([]*testserver.RedisServer, error)) masterCut {
+	index := func(n *testserver.RedisServer) int { return slices.Index(c.Nodes, n) }
+	turn := 0
+	replicasOf := func(m int) (rs []*testserver.RedisServer, err error) {
+		err = env.Do(func(testing.TB) { rs = c.ReplicasOf(c.Nodes[m]) })
+		if err == nil && len(rs) == 0 {
+			err = fmt.Errorf("redis cluster master %s has no replica", c.Nodes[m].Addr())
+		}
+		return rs, err
+	}
+	var cutReplicas []*testserver.RedisServer // the cut master's, before the cut
+	return masterCut{
+		what:  "redis cluster master",
+		names: redisAddrs(c.Nodes),
+		master: func() (int, error) {
+			ms, err := masters()
+			if err != nil {
+				return 0, err
+			}
+			m, _, err := leaseMaster(ms, turn)
+			if err != nil {
+				return 0, err
+			}
+			turn++
+			if cutReplicas, err = replicasOf(index(m)); err != nil {
+				return 0, err
+			}
+			return index(m), nil
+		},
+		replica: func(m int) (int, error) {
+			rs, err := replicasOf(m)
+			if err != nil {
+				return 0, err
+			}
+			return index(rs[0]), nil
+		},
+		promoted: func(old int) (int, error) {
+			var p *testserver.RedisServer
+			err := env.Do(func(testing.TB) { p = c.WaitFailover(c.Nodes[old], cutReplicas) })
+			return index(p), err
+		},
+		ready: func() error { return env.Do(func(testing.TB) { c.WaitReady() }) },
+	}
 }
 
 // clusterFailover kills the master m, waits until one of its replicas rs

@@ -91,10 +91,12 @@ type Store struct {
 	clockNA string
 	// partition, if set, cuts one member of the cluster from its peers
 	// (its clients still reach it) and says what it did, which member
-	// (an index of addrs) and how to heal;
+	// (an index of addrs) and how to heal. A store whose cut-off side
+	// goes on taking writes that the majority never sees (a Redis
+	// master) calls lost at the moment they are gone for good;
 	// partitionNA says why there is none, and partitionMissing that the
 	// reason is a facility this machine lacks (network namespaces).
-	partition        func() (what string, member int, heal func() error, err error)
+	partition        func(lost func(what string)) (what string, member int, heal func() error, err error)
 	partitionNA      string
 	partitionMissing bool
 	// grantWithin, if set, is how soon after a restart or partition
