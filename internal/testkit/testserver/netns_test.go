@@ -206,3 +206,52 @@ func hostOf(addr string) string {
 	h, _, _ := net.SplitHostPort(addr)
 	return h
 }
+
+// TestPostgresPairPartition cuts a synchronous pair's primary from its
+// standby on test hosts: the test still reaches both, but the primary's
+// commits wait; healed, the standby streams again and the waiting commit
+// returns. A cut that cut nothing would let the commit through.
+func TestPostgresPairPartition(t *testing.T) {
+	t.Parallel()
+	n := NewNet(t, 2)
+	pr := timed(t, "postgres pair on test hosts", func() *PostgresPairServer { return PostgresPair(t, Synchronous, OnNet(n)) })
+	for i, nd := range pr.Nodes {
+		if hostOf(nd.Addr()) != n.IP(i) {
+			t.Fatalf("node %d on %s, want host %s", i, nd.Addr(), n.IP(i))
+		}
+	}
+	primary := pr.Primary()
+	mustQuery(t, primary.Addr(), "CREATE TABLE t (x int)")
+	if err := n.Isolate(0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := pgQuery(testContext(t), primary.Addr(), "test", "INSERT INTO t VALUES (1)")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a commit returned (%v) with the synchronous standby cut off", err)
+	case <-time.After(2 * time.Second):
+	}
+	if in, err := pr.InRecovery(testContext(t), pr.Standby()); err != nil || !in {
+		t.Fatalf("the cut-off standby: in recovery %v, %v; want true (the test reaches it)", in, err)
+	}
+	if err := n.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the waiting commit after the heal: %v", err)
+	}
+	if err := pr.WaitStreaming(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the standby has the row", func() error {
+		rows, err := pgQuery(testContext(t), pr.Standby().Addr(), "test", "SELECT count(*) FROM t")
+		if err != nil || len(rows) != 1 || rows[0][0] != "1" {
+			return fmt.Errorf("SELECT count(*) on the standby = %q, %v; want 1", rows, err)
+		}
+		return nil
+	})
+}

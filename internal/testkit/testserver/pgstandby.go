@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -59,7 +60,10 @@ type PostgresPairServer struct {
 // PostgresPair starts a primary as Postgres does (database test), copies
 // it with pg_basebackup into a standby on a free port of its own, starts
 // the standby streaming from it, and waits until the primary sees it
-// stream (and, Synchronous, as its synchronous standby).
+// stream (and, Synchronous, as its synchronous standby). OnNet, node i
+// runs on host i (the net needs two) and lets clients in from anywhere;
+// a Synchronous primary cut from its standby (Net.Isolate) commits
+// nothing until the cut heals.
 func PostgresPair(t testing.TB, mode Replication, opts ...Option) *PostgresPairServer {
 	t.Helper()
 	pgBin := Require(t, "postgres")
@@ -75,7 +79,12 @@ func PostgresPair(t testing.TB, mode Replication, opts ...Option) *PostgresPairS
 	// A standby that lost its primary retries every wal_retrieve_retry_interval
 	// (5 s by default), and a promotion waits for the retry to end.
 	opts = append(opts, Args("-c", "wal_keep_size=64MB", "-c", "wal_retrieve_retry_interval=100ms"))
-	primary := Postgres(t, opts...)
+	o := collect(opts)
+	o.check(t, "PostgresPair", credentials{clock: true, net: true})
+	if o.net != nil && o.net.Len() < 2 {
+		t.Fatalf("testserver: PostgresPair on a net of %d hosts", o.net.Len())
+	}
+	primary := startPostgres(t, o, 0)
 	pr := &PostgresPairServer{mode: mode, bin: bb, logDir: t.TempDir()}
 	pr.Nodes[0] = primary
 	pr.base[0] = primary.dir
@@ -98,7 +107,6 @@ func PostgresPair(t testing.TB, mode Replication, opts ...Option) *PostgresPairS
 		t.Fatalf("testserver: postgres standby: %v", err)
 	}
 	pr.cred = cred
-	o := collect(opts)
 	standby := &PostgresServer{db: primary.db}
 	data := filepath.Join(pr.base[1], "data")
 	startRetrying(t, "postgres standby", func() error {
@@ -106,7 +114,7 @@ func PostgresPair(t testing.TB, mode Replication, opts ...Option) *PostgresPairS
 		if err != nil {
 			return err
 		}
-		standby.Process = newPostgresProcess(t, pgBin, pr.base[1], data, cred, o, port)
+		standby.Process = newPostgresProcess(t, pgBin, pr.base[1], data, cred, o, port, 1)
 		if err := pr.copyPrimary(1); err != nil {
 			return err
 		}
@@ -203,22 +211,15 @@ func (pr *PostgresPairServer) copyPrimary(i int) error {
 	if err := os.RemoveAll(data); err != nil {
 		return err
 	}
-	conn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres", primary.Port())
+	host, _, _ := net.SplitHostPort(primary.Addr())
+	conn := fmt.Sprintf("host=%s port=%d user=postgres", host, primary.Port())
 	logPath := filepath.Join(pr.logDir, fmt.Sprintf("pg_basebackup-%d.log", time.Now().UnixNano()))
 	if err := runLogged(logPath, pr.base[i], pr.cred, pr.bin,
 		"-d", conn, "-D", data, "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
 		return fmt.Errorf("testserver: copy the primary on %s: %w", primary.Addr(), err)
 	}
 	conf := fmt.Sprintf("primary_conninfo = '%s application_name=%s'\nrecovery_target_timeline = 'latest'\n", conn, standbyName)
-	f, err := os.OpenFile(filepath.Join(data, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(conf)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := appendFile(filepath.Join(data, "postgresql.auto.conf"), conf); err != nil {
 		return err
 	}
 	// Written by us as root: the server's user must own it.
@@ -231,6 +232,11 @@ func (pr *PostgresPairServer) copyPrimary(i int) error {
 	}
 	return nil
 }
+
+// WaitStreaming waits until the primary sees the standby stream (and,
+// Synchronous, as its synchronous standby), as after a cut between them
+// healed. Any goroutine may call it.
+func (pr *PostgresPairServer) WaitStreaming() error { return pr.waitStreaming() }
 
 func (pr *PostgresPairServer) waitStreaming() error {
 	pr.mu.Lock()

@@ -39,9 +39,17 @@ func (s *PostgresServer) Database() string { return s.db }
 // unprivileged postgres user (or nobody), since PostgreSQL refuses root.
 func Postgres(t testing.TB, opts ...Option) *PostgresServer {
 	t.Helper()
+	o := collect(opts)
+	o.check(t, "Postgres", credentials{clock: true})
+	return startPostgres(t, o, 0)
+}
+
+// startPostgres is Postgres, on host of o.net if set (PostgresPair's
+// node), its clients then let in from any address (trust).
+func startPostgres(t testing.TB, o options, host int) *PostgresServer {
+	t.Helper()
 	bin := Require(t, "postgres")
 	initdb := Require(t, "initdb")
-	o := collect(opts)
 
 	base := dataDir(t, "pg")
 	cred, err := unprivileged(base)
@@ -54,6 +62,14 @@ func Postgres(t testing.TB, opts ...Option) *PostgresServer {
 		"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		t.Fatalf("testserver: %v", err)
 	}
+	if o.net != nil {
+		// initdb lets in loopback only; the test's namespace reaches a
+		// test host over the bridge, and so does the standby's host.
+		if err := appendFile(filepath.Join(data, "pg_hba.conf"),
+			"host all all 0.0.0.0/0 trust\nhost replication all 0.0.0.0/0 trust\n"); err != nil {
+			t.Fatalf("testserver: postgres: %v", err)
+		}
+	}
 
 	s := &PostgresServer{db: "test"}
 	startRetrying(t, "postgres", func() error {
@@ -61,7 +77,7 @@ func Postgres(t testing.TB, opts ...Option) *PostgresServer {
 		if err != nil {
 			return err
 		}
-		s.Process = newPostgresProcess(t, bin, base, data, cred, o, port)
+		s.Process = newPostgresProcess(t, bin, base, data, cred, o, port, host)
 		return s.start()
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
@@ -74,14 +90,15 @@ func Postgres(t testing.TB, opts ...Option) *PostgresServer {
 
 // newPostgresProcess prepares (does not start) a postgres on port with
 // data directory data, its socket in base, run as cred, with o's clock
-// and extra arguments.
-func newPostgresProcess(t testing.TB, bin, base, data string, cred *syscall.Credential, o options, port int) *Process {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+// and extra arguments, on host of o.net if set.
+func newPostgresProcess(t testing.TB, bin, base, data string, cred *syscall.Credential, o options, port, host int) *Process {
+	ip := memberIP(o.net, host)
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
 	args := []string{
 		"-D", data,
 		"-p", strconv.Itoa(port),
 		"-k", base, // Unix socket directory: short, ours
-		"-c", "listen_addresses=127.0.0.1",
+		"-c", "listen_addresses=" + ip,
 		"-c", "fsync=off",
 		"-c", "full_page_writes=off",
 		"-c", "max_connections=300",
@@ -96,6 +113,8 @@ func newPostgresProcess(t testing.TB, bin, base, data string, cred *syscall.Cred
 		cred: cred,
 		env:  o.clock.env(),
 		port: port,
+		net:  o.net,
+		host: host,
 		// The whole old server is dead when this runs (Kill waits for
 		// that), so its lock file is stale; if its pid were reused,
 		// postgres could take it for a live postmaster and refuse.
@@ -272,4 +291,17 @@ func pgRow(msg []byte) []string {
 		msg = msg[l:]
 	}
 	return row
+}
+
+// appendFile appends text to the file at path, which must exist.
+func appendFile(path, text string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(text)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

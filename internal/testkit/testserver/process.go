@@ -291,8 +291,16 @@ func (p *Process) launchLocked() error {
 	fmt.Fprintf(log, "=== testserver: start %d at %s: %s %s\n", p.starts,
 		time.Now().Format(time.RFC3339Nano), p.path, quoteArgs(p.args))
 
-	path, args := p.path, p.args
+	path, args, cred := p.path, p.args, p.cred
 	if p.net != nil {
+		if cred != nil {
+			// Entering a namespace takes root: ip enters it as root,
+			// and setpriv then drops to the server's user.
+			args = append([]string{
+				"--reuid=" + strconv.Itoa(int(cred.Uid)), "--regid=" + strconv.Itoa(int(cred.Gid)), "--clear-groups",
+				path}, args...)
+			path, cred = "setpriv", nil
+		}
 		path, args = p.net.command(p.host, path, args)
 	}
 	cmd := exec.Command(path, args...)
@@ -306,7 +314,7 @@ func (p *Process) launchLocked() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:    true,            // so Kill/Stop/Cont reach the whole server
 		Pdeathsig:  syscall.SIGKILL, // no orphans if the test binary dies
-		Credential: p.cred,
+		Credential: cred,
 	}
 	if err := startOnSpawner(cmd); err != nil {
 		return err
