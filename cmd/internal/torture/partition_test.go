@@ -117,3 +117,38 @@ func TestPartitionMasterMustBite(t *testing.T) {
 		}
 	}
 }
+
+// TestPGCutMustBite: a PostgreSQL pair whose primary still commits with
+// its standby cut off fails the episode at its heal, as does a primary
+// the tool cannot ask; one whose commits wait heals once the standby
+// streams again.
+func TestPGCutMustBite(t *testing.T) {
+	for _, c := range []struct {
+		committed bool
+		err       error
+		want      string
+	}{
+		{true, nil, "did not bite"},
+		{false, errors.New("connection refused"), "connection refused"},
+		{false, nil, ""},
+	} {
+		f := &fakeNet{}
+		streamed := false
+		part := pgCut(f, func() int { return 1 }, func() (bool, error) { return c.committed, c.err },
+			func() error { streamed = true; return nil })
+		desc, member, heal, err := part(nil)
+		if err != nil || f.cut != 1 || member != 1 || !strings.Contains(desc, "primary (node 1)") {
+			t.Fatalf("cut: %q, %v, cut %d; want the primary, node 1", desc, err, f.cut)
+		}
+		err = heal()
+		if c.want == "" {
+			if err != nil || !streamed {
+				t.Fatalf("a cut that bit: heal = %v, streaming waited for %v", err, streamed)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("heal = %v; want %q", err, c.want)
+		}
+	}
+}

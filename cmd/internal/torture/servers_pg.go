@@ -1,12 +1,16 @@
 package torture
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencing/fence/internal/testkit/testserver"
+	"github.com/jackc/pgx/v5"
 )
 
 // A PostgreSQL primary with a synchronous streaming standby, in lease
@@ -39,11 +43,80 @@ func init() {
 const pgFailoverFor = 4 * time.Second
 
 func openPostgresFailover(env *testserver.Env) (*Store, error) {
-	var pr *testserver.PostgresPairServer
-	if err := env.Do(func(tb testing.TB) { pr = testserver.PostgresPair(tb, testserver.Synchronous) }); err != nil {
+	nt, why, err := onNet(env, 2)
+	if err != nil {
 		return nil, err
 	}
-	return pgPairStore(pr)
+	var pr *testserver.PostgresPairServer
+	if err := env.Do(func(tb testing.TB) { pr = testserver.PostgresPair(tb, testserver.Synchronous, netOpts(nt)...) }); err != nil {
+		return nil, err
+	}
+	s, err := pgPairStore(pr)
+	if err != nil {
+		return nil, err
+	}
+	s.partitionNA = ""
+	if nt == nil {
+		s.partitionNA, s.partitionMissing = "no test hosts: "+why, true
+	} else {
+		s.partition = pgCut(nt, func() int { return slices.Index(pr.Nodes[:], pr.Primary()) }, pgCommits(pr), pr.WaitStreaming)
+	}
+	return s, nil
+}
+
+// pgCut is the partition fault of a synchronous pair on nt: the primary
+// (primary names it) cut from its standby, while clients reach both. The
+// primary then commits nothing: grants, renewals and releases wait until
+// the heal, holders lose their leases by their own validity, and nothing
+// is lost. Nothing promotes the standby meanwhile: a failover manager
+// that did would first have to fence the old primary off, and a killed
+// primary is the restart plan. The heal first checks that the cut bit (a
+// commit on the primary waits: commits says so), then waits until the
+// standby streams again (streaming).
+func pgCut(nt cutter, primary func() int, commits func() (bool, error), streaming func() error) func(func(string)) (string, int, func() error, error) {
+	return func(func(string)) (string, int, func() error, error) {
+		p := primary()
+		if err := nt.Isolate(p); err != nil {
+			return "", 0, nil, err
+		}
+		heal := func() error {
+			committed, cerr := commits()
+			if err := nt.Heal(); err != nil {
+				return err
+			}
+			switch {
+			case cerr != nil:
+				return fmt.Errorf("asking the cut-off primary to commit: %w", cerr)
+			case committed:
+				return errors.New("the partition did not bite: the primary committed with its synchronous standby cut off")
+			}
+			return streaming()
+		}
+		return fmt.Sprintf("cut the primary (node %d) from its synchronous standby (its clients still reach both)", p), p, heal, nil
+	}
+}
+
+// pgCommits returns whether pr's primary commits a transaction that
+// writes (a transactional logical message: no table) within a second; an
+// error if it cannot ask. (A transaction that only takes an id writes no
+// WAL before its commit record, and does not wait for the standby.)
+func pgCommits(pr *testserver.PostgresPairServer) func() (bool, error) {
+	return func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, pr.Primary().DSN())
+		if err != nil {
+			return false, err
+		}
+		defer conn.Close(context.Background())
+		wait, cancelWait := context.WithTimeout(ctx, time.Second)
+		defer cancelWait()
+		_, err = conn.Exec(wait, "SELECT pg_logical_emit_message(true, 'fence-torture', 'partition probe')")
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return false, nil // it waits for the standby
+		}
+		return err == nil, err
+	}
 }
 
 // pgPairStore is the postgres-failover store on pr.
@@ -78,7 +151,7 @@ func pgPairStore(pr *testserver.PostgresPairServer) (*Store, error) {
 			return fmt.Sprintf("%s back as the %s standby after %v", standby.Addr(), pr.Mode(), time.Since(killed).Round(10*time.Millisecond)), nil
 		},
 		clockNA:     "the pair runs on the machine's clock: the postgres store's clock-jump plan moves a PostgreSQL's clock, and a failover between two clocks is docs/postgres.md's clock assumption",
-		partitionNA: "two servers and no failover manager: a standby cut off only stalls the primary's commits, and nothing promotes it while the primary lives",
+		partitionNA: "the pair runs on loopback here: only the postgres-failover store starts it on test hosts",
 	}
 	return s, s.setUp()
 }
