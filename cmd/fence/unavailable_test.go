@@ -2,12 +2,14 @@ package main
 
 import (
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencing/fence/internal/testkit/faultproxy"
 	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
@@ -59,5 +61,43 @@ func TestRunWaitsThroughUnavailableStore(t *testing.T) {
 			t.Errorf("fence %s: exit %d once the store could grant; want 0; it said:\n%s", keys[0], code, h.stderr)
 		}
 		replicaOf(host, port)
+	}
+}
+
+// TestRunWaitsAfterLateGrant: a grant whose reply comes back after the
+// lease's validity has ended (a store that answers slowly: here every
+// byte to and from Redis held 300 ms, against a 500 ms TTL) is no lease,
+// and a waiting run tries again, as a waiting Acquire does, instead of
+// exiting 1; once the store answers in time, CMD runs. With --no-wait it
+// exits 1 at once, saying why.
+func TestRunWaitsAfterLateGrant(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Redis(t)
+	px, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	store := "redis://" + px.Addr()
+	e := newEnv(t)
+	px.Delay(300*time.Millisecond, 0)
+
+	r := e.run("run", "--store", store, "--ttl", "500ms", "--no-wait", "--key", "late", "--", "true")
+	if r.code != exitError || !strings.Contains(r.stderr, "lost") {
+		t.Errorf("--no-wait with the grant too late: exit %d after %v; want %d, saying the lease was lost; stderr:\n%s",
+			r.code, r.took.Round(time.Millisecond), exitError, r.stderr)
+	}
+
+	marker := t.TempDir() + "/ran"
+	h := e.background("run", "--json", "--store", store, "--ttl", "500ms", "--wait", "60s", "--key", "late2", "--", "touch", marker)
+	h.expect(t, "waiting")
+	time.Sleep(2 * time.Second) // more late grants
+	px.Heal()
+	h.expect(t, "started")
+	if code := h.wait(t); code != exitOK {
+		t.Errorf("exit %d once the store answered in time; want 0; it said:\n%s", code, h.stderr)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("CMD did not run: %v", err)
 	}
 }
