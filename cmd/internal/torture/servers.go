@@ -62,7 +62,9 @@ func init() {
 	})
 	server("redlock", "redlock", "Redlock over three private redis-servers (the restart fault restarts one)", func(env *testserver.Env) (*Store, error) {
 		var srvs []*testserver.RedisServer
-		if err := env.Do(func(tb testing.TB) { srvs = testserver.Redises(tb, 3) }); err != nil {
+		// The clock-jump fault moves the three servers' clock together.
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { srvs = testserver.Redises(tb, 3, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		var addrs []string
@@ -70,6 +72,8 @@ func init() {
 			addrs = append(addrs, s.Addr())
 		}
 		s := &Store{
+			clock:   clock,
+			clockNA: clockNA,
 			addrs:   addrs,
 			url:     func(a []string, _ time.Duration) string { return "redlock://" + strings.Join(a, ",") },
 			restart: restartOneOf(env, "redis-server", srvs[0].Process, srvs[1].Process, srvs[2].Process),
@@ -79,7 +83,8 @@ func init() {
 	})
 	server("redis-cluster", "redis+cluster", "a private three-master Redis Cluster (the restart fault restarts one master)", func(env *testserver.Env) (*Store, error) {
 		var c *testserver.RedisClusterServer
-		if err := env.Do(func(tb testing.TB) { c = testserver.RedisCluster(tb, 3) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { c = testserver.RedisCluster(tb, 3, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		seeds := "redis+cluster://" + strings.Join(c.Addrs(), ",")
@@ -88,7 +93,9 @@ func init() {
 			ps = append(ps, n.Process)
 		}
 		s := &Store{
-			url: func([]string, time.Duration) string { return seeds },
+			clock:   clock,
+			clockNA: clockNA,
+			url:     func([]string, time.Duration) string { return seeds },
 			// The client learns the masters' own addresses from the
 			// cluster and connects to them directly.
 			unproxied: "a Cluster client connects to the addresses the masters announce, not through a proxy",

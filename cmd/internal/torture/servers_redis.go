@@ -44,13 +44,18 @@ func openRedisSentinel(env *testserver.Env) (*Store, error) {
 		return nil, err
 	}
 	var srv *testserver.RedisSentinelServer
-	if err := env.Do(func(tb testing.TB) { srv = testserver.RedisSentinel(tb, 2, 3, netOpts(nt)...) }); err != nil {
+	// The clock-jump fault moves the data servers' clock, not the
+	// Sentinels'.
+	clock, clockNA := fakeClock(env)
+	opts := append(netOpts(nt), clockOpts(clock)...)
+	if err := env.Do(func(tb testing.TB) { srv = testserver.RedisSentinel(tb, 2, 3, opts...) }); err != nil {
 		return nil, err
 	}
 	s, err := sentinelStore(env, srv)
 	if err != nil {
 		return nil, err
 	}
+	s.clock, s.clockNA = clock, clockNA
 	s.setRedisNet(nt, why, sentinelCut(env, srv), sentinelFailoverFor)
 	return s, nil
 }
@@ -248,7 +253,9 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 		return nil, err
 	}
 	var c *testserver.RedisClusterServer
-	if err := env.Do(func(tb testing.TB) { c = testserver.RedisClusterReplicas(tb, 3, 1, netOpts(nt)...) }); err != nil {
+	clock, clockNA := fakeClock(env)
+	opts := append(netOpts(nt), clockOpts(clock)...)
+	if err := env.Do(func(tb testing.TB) { c = testserver.RedisClusterReplicas(tb, 3, 1, opts...) }); err != nil {
 		return nil, err
 	}
 	seeds := "redis+cluster://" + strings.Join(c.Addrs(), ",")
@@ -258,6 +265,8 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 	}
 	n := 0
 	s := &Store{
+		clock:     clock,
+		clockNA:   clockNA,
 		url:       func([]string, time.Duration) string { return seeds },
 		unproxied: "a Cluster client connects to the addresses the masters announce, not through a proxy",
 		failover: func(down time.Duration, started, lost func(string)) (string, error) {

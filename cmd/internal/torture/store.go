@@ -216,7 +216,7 @@ func (s *Store) notApplicable(f Fault) string {
 			if s.clockNA != "" {
 				return s.clockNA
 			}
-			return "the tool moves the clock only of a PostgreSQL, a MariaDB or a single redis-server it starts (the Go and Java servers read the clock without the C library)"
+			return "the tool moves the clock only of PostgreSQL, MariaDB and redis-servers it starts (the Go and Java servers read the clock without the C library)"
 		}
 	case FaultPartition:
 		if s.partition == nil {

@@ -20,7 +20,7 @@ import (
 // moves it; the monotonic clock does not.
 //
 // It works for programs that read the clock through the C library:
-// PostgreSQL and redis-server. The Go and Java servers (etcd, NATS,
+// PostgreSQL, MariaDB and redis-server. The Go and Java servers (etcd, NATS,
 // ZooKeeper, kube-apiserver) read it without the C library, and their
 // starters do not take the Clock option.
 type FakeClock struct {
@@ -76,8 +76,9 @@ func NewFakeClock(tb testing.TB) *FakeClock {
 	return c
 }
 
-// Clock starts the server on c. Only Postgres and Redis take it; the
-// other starters fail the test when given it.
+// Clock starts the server on c: Postgres, PostgresPair, MariaDB, Redis,
+// Redises, RedisCluster, RedisClusterReplicas and RedisSentinel (its data
+// servers) take it; the other starters fail the test when given it.
 func Clock(c *FakeClock) Option {
 	return func(o *options) { o.clock = c }
 }

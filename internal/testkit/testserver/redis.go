@@ -49,12 +49,13 @@ func Redis(t testing.TB, opts ...Option) *RedisServer {
 	return startRedis(t, bin, redisSpec{}, o)
 }
 
-// Redises starts n independent redis-servers, as Redlock needs.
+// Redises starts n independent redis-servers, as Redlock needs; with
+// Clock, all of them on that one clock.
 func Redises(t testing.TB, n int, opts ...Option) []*RedisServer {
 	t.Helper()
 	bin := Require(t, "redis-server")
 	o := collect(opts)
-	o.check(t, "Redises", credentials{password: true})
+	o.check(t, "Redises", credentials{password: true, clock: true})
 	out := make([]*RedisServer, n)
 	for i := range out {
 		out[i] = startRedis(t, bin, redisSpec{}, o)
@@ -161,7 +162,8 @@ func startRedis(t testing.TB, bin string, s redisSpec, o options) *RedisServer {
 
 // RedisClusterServer is a Redis Cluster, each node a private redis-server
 // with no persistence: masters only (RedisCluster), or masters with
-// replicas (RedisClusterReplicas). Started OnNet, node i runs on host i.
+// replicas (RedisClusterReplicas). Started OnNet, node i runs on host i;
+// with Clock, every node runs on that clock.
 type RedisClusterServer struct {
 	// Nodes are every node, masters and replicas; which is which changes
 	// with failovers: ask Masters and ReplicasOf.
@@ -217,7 +219,7 @@ func redisCluster(t testing.TB, what string, masters, replicas int, nodeTimeout 
 	bin := Require(t, "redis-server")
 	cli := Require(t, "redis-cli")
 	o := collect(opts)
-	o.check(t, what, credentials{net: replicas > 0})
+	o.check(t, what, credentials{net: replicas > 0, clock: true})
 	nodes := masters * (1 + replicas)
 	if o.net != nil && o.net.Len() < nodes {
 		t.Fatalf("testserver: %s of %d nodes on a net of %d hosts", what, nodes, o.net.Len())

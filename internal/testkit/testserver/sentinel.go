@@ -81,7 +81,9 @@ func (s *RedisSentinelServer) SentinelAddrs() []string {
 // SentinelDownAfter and failover-timeout SentinelFailoverTimeout. It returns
 // once WaitReady does. opts apply to the data servers, not the Sentinels,
 // but for SentinelPassword; the Sentinels are given the data servers'
-// Password.
+// Password. With Clock the data servers run on that clock, the Sentinels
+// on the machine's (a Sentinel whose clock jumps stops acting for a
+// while: TILT mode).
 //
 // OnNet, data server i and Sentinel i run on host i, as a deployment
 // runs a Sentinel beside each Redis (the net needs as many hosts as the
@@ -98,7 +100,7 @@ func RedisSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *Redis
 	}
 	bin := Require(t, "redis-server")
 	o := collect(opts)
-	o.check(t, "RedisSentinel", credentials{password: true, sentinelPassword: true, net: true})
+	o.check(t, "RedisSentinel", credentials{password: true, sentinelPassword: true, net: true, clock: true})
 	if o.net != nil && o.net.Len() < max(1+replicas, sentinels) {
 		t.Fatalf("testserver: RedisSentinel of %d data servers and %d Sentinels on a net of %d hosts", 1+replicas, sentinels, o.net.Len())
 	}
