@@ -83,7 +83,10 @@ func TestCredentialOptionsRefused(t *testing.T) {
 		{"cluster", func(tb *fatalTB) { RedisCluster(tb, 3, Password("", "x")) }, "RedisCluster takes no Password"},
 		{"nats sentinel", func(tb *fatalTB) { NATS(tb, SentinelPassword("x")) }, "NATS takes no SentinelPassword"},
 		{"nats both", func(tb *fatalTB) { NATS(tb, Token("x"), Password("u", "p")) }, "not both"},
-		{"redises clock", func(tb *fatalTB) { Redises(tb, 1, Clock(&FakeClock{})) }, "Redises takes no Clock"},
+		{"redises net", func(tb *fatalTB) { Redises(tb, 1, OnNet(&Net{})) }, "Redises takes no OnNet"},
+		{"redis cluster net", func(tb *fatalTB) { RedisCluster(tb, 3, OnNet(&Net{})) }, "RedisCluster takes no OnNet"},
+		{"postgres net", func(tb *fatalTB) { Postgres(tb, OnNet(&Net{})) }, "Postgres takes no OnNet"},
+		{"nats clock", func(tb *fatalTB) { NATS(tb, Clock(&FakeClock{})) }, "NATS takes no Clock"},
 	} {
 		tb := &fatalTB{recordingTB{TB: t}}
 		done := make(chan struct{})
