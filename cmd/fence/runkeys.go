@@ -175,8 +175,8 @@ func waitForAll(ctx context.Context, st *store, f runFlags, opts []fence.Acquire
 			e.Holder = &j
 			e.Message += " by " + describe(*h, time.Now())
 		}
-	case errors.Is(heldErr, fence.ErrUnavailable):
-		e.Message += ": the store is unavailable: " + trimFence(heldErr.Error())
+	case storeTrouble(heldErr) != "":
+		e.Message += ": " + storeTrouble(heldErr)
 	}
 	ev.emit(e, true)
 

@@ -67,8 +67,8 @@ func TestRunWaitsThroughUnavailableStore(t *testing.T) {
 // TestRunWaitsAfterLateGrant: a grant whose reply comes back after the
 // lease's validity has ended (a store that answers slowly: here every
 // byte to and from Redis held 300 ms, against a 500 ms TTL) is no lease,
-// and a waiting run tries again, as a waiting Acquire does, instead of
-// exiting 1; once the store answers in time, CMD runs. With --no-wait it
+// and a waiting run says so and tries again, as a waiting Acquire does,
+// instead of exiting 1; once the store answers in time, CMD runs. With --no-wait it
 // exits 1 at once, saying why.
 func TestRunWaitsAfterLateGrant(t *testing.T) {
 	t.Parallel()
@@ -90,7 +90,10 @@ func TestRunWaitsAfterLateGrant(t *testing.T) {
 
 	marker := t.TempDir() + "/ran"
 	h := e.background("run", "--json", "--store", store, "--ttl", "500ms", "--wait", "60s", "--key", "late2", "--", "touch", marker)
-	h.expect(t, "waiting")
+	ev := h.expect(t, "waiting")
+	if msg, _ := ev["message"].(string); !strings.Contains(msg, "came back too late") {
+		t.Errorf("waiting event %q; want it to say the grant came back too late", msg)
+	}
 	time.Sleep(2 * time.Second) // more late grants
 	px.Heal()
 	h.expect(t, "started")

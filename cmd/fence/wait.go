@@ -77,8 +77,8 @@ func (v *waitView) update(s snapshot) {
 		e.Holder = &j
 		who = ", held by " + describe(*s.holder, time.Now())
 	}
-	if errors.Is(s.err, fence.ErrUnavailable) {
-		who = ": the store is unavailable: " + trimFence(s.err.Error())
+	if why := storeTrouble(s.err); why != "" {
+		who = ": " + why
 	}
 	if v.first {
 		e.Message = fmt.Sprintf("waiting for %q%s", v.key, who)
@@ -111,14 +111,27 @@ func (v *waitView) line(now time.Time) string {
 		return head + "held by " + describeLive(*s.holder, now, now.Sub(s.at))
 	case errors.Is(s.err, fence.ErrNotHeld):
 		return head + "free now, taking it…"
-	case errors.Is(s.err, fence.ErrUnavailable):
-		return head + "the store is unavailable: " + trimFence(s.err.Error())
+	case storeTrouble(s.err) != "":
+		return head + storeTrouble(s.err)
 	case errors.Is(s.err, fence.ErrUnsupported):
 		return head + "held (this store cannot tell by whom)"
 	case s.err != nil:
 		return head + "held; cannot tell by whom: " + trimFence(s.err.Error())
 	}
 	return head + "held"
+}
+
+// storeTrouble says why a wait goes on that did not find the key held:
+// the store answered that it cannot grant for now, or its grant came
+// back after the lease's validity (see waitsOn). "" for any other err.
+func storeTrouble(err error) string {
+	switch {
+	case errors.Is(err, fence.ErrUnavailable):
+		return "the store is unavailable: " + trimFence(err.Error())
+	case errors.Is(err, fence.ErrLost):
+		return "the store's grant came back too late: " + trimFence(err.Error())
+	}
+	return ""
 }
 
 // end erases the live line: the wait is over.
@@ -196,7 +209,7 @@ func waitFor(ctx context.Context, st *store, f runFlags, opts []fence.AcquireOpt
 	switch {
 	case errors.As(heldErr, &held) && held.Holder != nil:
 		first.holder = held.Holder
-	case errors.Is(heldErr, fence.ErrUnavailable):
+	case storeTrouble(heldErr) != "":
 		first.err = heldErr
 	default:
 		ictx, cancel := context.WithTimeout(ctx, storeTimeout)
