@@ -75,12 +75,21 @@ type cutter interface {
 // has none (why, from onNet). A partition lasts at least elect: the time
 // the cluster takes to see its leader gone and elect another.
 func (s *Store) setNet(nt *testserver.Net, why string, names []string, leader func() (int, error), elect time.Duration) {
+	s.setPartition(nt, why, func() partitionFunc { return partitionMember(nt, names, leader) }, elect)
+}
+
+// partitionFunc is Store.partition.
+type partitionFunc = func(lost func(what string)) (what string, member int, heal func() error, err error)
+
+// setPartition gives s the partition fault that part makes, lasting at
+// least d, if there are test hosts (nt); or says why there is none (why,
+// from onNet), a facility this machine lacks.
+func (s *Store) setPartition(nt *testserver.Net, why string, part func() partitionFunc, d time.Duration) {
 	if nt == nil {
-		s.partitionNA, s.partitionMissing = "no test hosts: "+why, true
+		s.partition, s.partitionNA, s.partitionMissing = nil, "no test hosts: "+why, true
 		return
 	}
-	s.partition = partitionMember(nt, names, leader)
-	s.partitionFor = elect
+	s.partition, s.partitionNA, s.partitionFor = part(), "", d
 }
 
 // masterCut is how partitionMaster cuts a Redis deployment whose data
@@ -142,7 +151,6 @@ func partitionMaster(nt cutter, mc masterCut) func(lost func(string)) (string, i
 		type promotion struct {
 			i   int
 			err error
-			at  time.Time
 		}
 		done := make(chan promotion, 1)
 		go func() {
@@ -150,7 +158,7 @@ func partitionMaster(nt cutter, mc masterCut) func(lost func(string)) (string, i
 			if err == nil && !mc.minorityWrites {
 				lost(fmt.Sprintf("%s promoted in place of the cut-off %s, which refuses writes by now: what it took after the cut is lost", mc.names[p], mc.names[m]))
 			}
-			done <- promotion{p, err, time.Now()}
+			done <- promotion{p, err}
 		}()
 		heal := func() error {
 			p := <-done

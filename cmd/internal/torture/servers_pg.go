@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing/fence/internal/testkit/testserver"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 // A PostgreSQL primary with a synchronous streaming standby, in lease
@@ -55,12 +56,9 @@ func openPostgresFailover(env *testserver.Env) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.partitionNA = ""
-	if nt == nil {
-		s.partitionNA, s.partitionMissing = "no test hosts: "+why, true
-	} else {
-		s.partition = pgCut(nt, func() int { return slices.Index(pr.Nodes[:], pr.Primary()) }, pgCommits(pr), pr.WaitStreaming)
-	}
+	s.setPartition(nt, why, func() partitionFunc {
+		return pgCut(nt, func() int { return slices.Index(pr.Nodes[:], pr.Primary()) }, pgCommits(pr), pr.WaitStreaming)
+	}, 0)
 	return s, nil
 }
 

@@ -56,7 +56,7 @@ func openRedisSentinel(env *testserver.Env) (*Store, error) {
 		return nil, err
 	}
 	s.clock, s.clockNA = clock, clockNA
-	s.setRedisNet(nt, why, sentinelCut(env, srv), sentinelFailoverFor)
+	s.setPartition(nt, why, func() partitionFunc { return partitionMaster(nt, sentinelCut(env, srv)) }, sentinelFailoverFor)
 	return s, nil
 }
 
@@ -87,38 +87,22 @@ func sentinelCut(env *testserver.Env, srv *testserver.RedisSentinelServer) maste
 			return (m + 1 + turn%2) % len(srv.Nodes), nil
 		},
 		promoted: func(old int) (int, error) {
-			deadline := time.Now().Add(leaderSettle)
-			for {
+			return awaitLeader(func() (int, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
 				m, err := srv.MajorityMaster(ctx)
-				cancel()
-				if err == nil && m != srv.Nodes[old] {
-					return index(m)
-				}
-				if err == nil {
-					err = fmt.Errorf("a majority of the Sentinels still names %s", m.Addr())
-				}
-				if time.Now().After(deadline) {
+				switch {
+				case err != nil:
 					return 0, err
+				case m == srv.Nodes[old]:
+					return 0, fmt.Errorf("a majority of the Sentinels still names %s", m.Addr())
 				}
-				time.Sleep(250 * time.Millisecond)
-			}
+				return index(m)
+			})
 		},
 		ready:          func() error { return env.Do(func(testing.TB) { srv.WaitReady() }) },
 		minorityWrites: true,
 	}
-}
-
-// setRedisNet gives s the partition fault of a Redis deployment on nt,
-// or says why it has none (why, from onNet). A partition lasts at least
-// failover: long enough for the majority to promote a replica.
-func (s *Store) setRedisNet(nt *testserver.Net, why string, mc masterCut, failover time.Duration) {
-	if nt == nil {
-		s.partitionNA, s.partitionMissing = "no test hosts: "+why, true
-		return
-	}
-	s.partition = partitionMaster(nt, mc)
-	s.partitionFor = failover
 }
 
 func redisAddrs(ns []*testserver.RedisServer) []string {
@@ -317,7 +301,7 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 			return restartAtOnce(env, "redis cluster master "+m.Addr()+" ("+which+")", m, lost, c.WaitReady)
 		},
 	}
-	s.setRedisNet(nt, why, clusterCut(env, c, masters), clusterFailoverFor)
+	s.setPartition(nt, why, func() partitionFunc { return partitionMaster(nt, clusterCut(env, c, masters)) }, clusterFailoverFor)
 	var r *testserver.RedisServer
 	if err := env.Do(func(testing.TB) { r = c.ReplicasOf(c.Masters()[0])[0] }); err != nil {
 		return nil, err
@@ -342,7 +326,7 @@ func clusterCut(env *testserver.Env, c *testserver.RedisClusterServer, masters f
 	var cutReplicas []*testserver.RedisServer // the cut master's, before the cut
 	return masterCut{
 		what:  "redis cluster master",
-		names: redisAddrs(c.Nodes),
+		names: c.Addrs(),
 		master: func() (int, error) {
 			ms, err := masters()
 			if err != nil {

@@ -96,7 +96,7 @@ type Store struct {
 	// master) calls lost at the moment they are gone for good;
 	// partitionNA says why there is none, and partitionMissing that the
 	// reason is a facility this machine lacks (network namespaces).
-	partition        func(lost func(what string)) (what string, member int, heal func() error, err error)
+	partition        partitionFunc
 	partitionNA      string
 	partitionMissing bool
 	// grantWithin, if set, is how soon after a restart or partition

@@ -78,7 +78,9 @@
 //
 // NewNet makes test hosts: a network namespace per host, with an address
 // of its own, joined by a bridge that the test's own namespace is on too.
-// A cluster started OnNet runs member i on host i; Partition (or Isolate)
+// A cluster started OnNet (EtcdCluster, ZooKeeperEnsemble, NATSCluster,
+// RedisSentinel, RedisClusterReplicas, PostgresPair) runs member i on
+// host i; Partition (or Isolate)
 // cuts the links between hosts with blackhole routes while every client
 // in the test's namespace still reaches every member, and Heal restores
 // them. Nothing leaves the machine. It needs root and the ip program

@@ -48,7 +48,7 @@ func Args(args ...string) Option {
 // (n must have a host per member): they listen on their host's address
 // and talk to one another over n, which can then cut them apart
 // (Net.Partition). EtcdCluster, ZooKeeperEnsemble, NATSCluster,
-// RedisSentinel and RedisClusterReplicas take it.
+// RedisSentinel, RedisClusterReplicas and PostgresPair take it.
 func OnNet(n *Net) Option {
 	return func(o *options) { o.net = n }
 }
