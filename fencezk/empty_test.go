@@ -151,3 +151,100 @@ func TestEpochNotATime(t *testing.T) {
 		})
 	}
 }
+
+// TestTokensAfterEpochDeleted: the token epoch deleted under live
+// sessions (an operator re-seeding it, or the whole root removed) and
+// seeded again by another driver: a driver that read the old epoch must
+// not go on issuing tokens from its base, which is below the new one's.
+// Fails on a driver that checks only the epoch znode's version, which a
+// new epoch has too.
+func TestTokensAfterEpochDeleted(t *testing.T) {
+	ctx := ctxT(t)
+	s := testserver.ZooKeeper(t)
+	conn := rawConn(t, s.Addr())
+	for _, tc := range []struct {
+		name  string
+		under func(d *fencezk.Store) string // the znode deleted with all under it
+	}{
+		{"epoch", func(d *fencezk.Store) string { return d.EpochPath() }},
+		{"root", func(d *fencezk.Store) string { return parentPath(d.EpochPath()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := "/" + strings.ReplaceAll(t.Name(), "/", "-")
+			da := dial(t, s.Addr(), sessionTimeout, fencezk.WithRoot(root))
+			a := newFence(t, da)
+			b := newFence(t, dial(t, s.Addr(), sessionTimeout, fencezk.WithRoot(root)))
+			take := func(c *fence.Client, key string) int64 {
+				t.Helper()
+				l, err := c.TryAcquire(ctx, key)
+				if err != nil {
+					t.Fatalf("TryAcquire: %v", err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				return l.Token()
+			}
+			take(a, "k") // a reads the epoch
+			take(b, "k")
+			deleteAll(t, conn, tc.under(da))
+			time.Sleep(10 * time.Millisecond) // the new seed is later
+			// b's session read the old epoch too: it finds its mark
+			// gone and seeds the new epoch.
+			byB := take(b, "k")
+			if byA := take(a, "k"); byA <= byB {
+				t.Errorf("a's token %d after the epoch was seeded again, b's %d before it; want a's greater", byA, byB)
+			}
+			// And a fresh driver agrees.
+			if byC := take(newFence(t, dial(t, s.Addr(), sessionTimeout, fencezk.WithRoot(root))), "k"); byC <= byB {
+				t.Errorf("a new driver's token %d, b's %d before it; want it greater", byC, byB)
+			}
+		})
+	}
+}
+
+func parentPath(p string) string { return p[:strings.LastIndexByte(p, '/')] }
+
+// deleteAll deletes the znode at path and everything under it.
+func deleteAll(t *testing.T, conn *zk.Conn, path string) {
+	t.Helper()
+	kids, _, err := conn.Children(path)
+	if err != nil {
+		t.Fatalf("children of %s: %v", path, err)
+	}
+	for _, k := range kids {
+		deleteAll(t, conn, path+"/"+k)
+	}
+	if err := conn.Delete(path, -1); err != nil {
+		t.Fatalf("delete %s: %v", path, err)
+	}
+}
+
+// TestEpochWithoutMark: an epoch seeded by an earlier fencezk, without
+// its mark, is marked by the first session that reads it and used as it
+// is.
+func TestEpochWithoutMark(t *testing.T) {
+	ctx := ctxT(t)
+	s := testserver.ZooKeeper(t)
+	conn := rawConn(t, s.Addr())
+	const seed = "1800000000000000"
+	root := "/" + t.Name()
+	if _, err := conn.Create(root, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	d := dial(t, s.Addr(), sessionTimeout, fencezk.WithRoot(root))
+	if _, err := conn.Create(d.EpochPath(), []byte(seed), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := newFence(t, d).TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	defer l.Release(ctx)
+	if l.Token() < 1800000000000000 || l.Token() > 1800000000001000 {
+		t.Errorf("token %d; want the unmarked epoch's seed plus a few zxids", l.Token())
+	}
+	if ok, _, err := conn.Exists(d.EpochPath() + "/" + seed); err != nil || !ok {
+		t.Errorf("the epoch's mark: exists %v, %v; want it put", ok, err)
+	}
+}

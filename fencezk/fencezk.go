@@ -5,6 +5,7 @@
 // The layout, under the driver's root ("/fence" by default):
 //
 //	<root>/%epoch                             persistent, data: the epoch's seed (see epoch.go)
+//	<root>/%epoch/<seed>                      persistent, the epoch's mark, which enqueues check
 //	<root>/<escaped key>                      a container znode, one per key
 //	<root>/<escaped key>/n<escaped owner>-<10-digit sequence>
 //	                                          ephemeral sequential, data {"owner":..., "meta":{...}}
@@ -19,11 +20,12 @@
 // key's container is removed and created again; the epoch's base keeps
 // them growing when the ensemble loses its data and its zxids start over.
 //
-//   - Enqueuing is one multi-operation: check the token epoch, create our
-//     ephemeral sequential child and touch the key's znode; the touched
-//     znode's stat gives, in the same round trip, our czxid (its mzxid:
-//     both changes share one zxid) and its number of children. With one child we hold the key:
-//     the uncontended acquire is one round trip.
+//   - Enqueuing is one multi-operation: check the token epoch's mark,
+//     create our ephemeral sequential child and touch the key's znode; the
+//     touched znode's stat gives, in the same round trip, our czxid (its
+//     mzxid: both changes share one zxid) and its number of children.
+//     With one child we hold the key: the uncontended acquire is one round
+//     trip.
 //   - TryAcquire that finds others deletes its child again and reports the
 //     holder: it never leaves a queue entry behind.
 //   - Acquire (fence.BlockingAcquirer) waits by watching only the child just
@@ -378,7 +380,7 @@ func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, to
 		var resp []zk.MultiResponse
 		err = d.await(ctx, func() (err error) {
 			resp, err = d.conn.Multi(
-				&zk.CheckVersionRequest{Path: d.epochPath(), Version: 0},
+				&zk.CheckVersionRequest{Path: e.mark, Version: 0},
 				&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
 				&zk.SetDataRequest{Path: parent, Version: -1},
 			)
