@@ -69,8 +69,15 @@ func (d *Store) passing(err error) bool { return errors.Is(d.mark(err), fence.Er
 // ended since: the server deleted the entry with its session. A request
 // the client sent only once it had its new session finds the entry gone
 // (errEntryGone, or zk.ErrNoNode from a check of it), not the expiry.
+//
+// An entry gone in the same session was deleted behind fence's back (its
+// queue's znode removed, or the whole root): the error says so, rather
+// than a bare zk.ErrNoNode from whichever read found it missing.
 func (d *Store) entryLost(err error, sid int64) error {
 	gone := errors.Is(err, errEntryGone) || errors.Is(err, zk.ErrNoNode)
+	if gone && !errors.Is(err, errEntryGone) {
+		err = fmt.Errorf("%w: %w", errEntryGone, err)
+	}
 	if !gone || errors.Is(err, zk.ErrSessionExpired) || d.conn.SessionID() == sid {
 		return err
 	}

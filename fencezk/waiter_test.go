@@ -1,9 +1,11 @@
 package fencezk_test
 
 import (
+	"errors"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +97,63 @@ func TestDeadWaiterCostsAtMostItsSession(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestWaiterQueueDeleted: a waiting Acquire whose queue is deleted behind
+// fence's back (the whole root, its entry with it, in the same session)
+// neither hangs nor holds a lease on state that is gone: it fails, saying
+// its entry vanished, or, when the deletion removed the holder's znode
+// before its own and it was granted in between, its lease is lost at
+// once. The holder, whose znode went too, loses its lease.
+func TestWaiterQueueDeleted(t *testing.T) {
+	ctx := ctxT(t)
+	s := testserver.ZooKeeper(t)
+	conn := rawConn(t, s.Addr())
+	d := dial(t, s.Addr(), sessionTimeout)
+	c := newFence(t, d)
+	held, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *fence.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "k", fence.WithWait(time.Minute))
+		done <- result{l, err}
+	}()
+	for {
+		kids, _, err := conn.Children(d.KeyPath("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kids) == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	deleteAll(t, conn, parentPath(d.EpochPath()))
+	lost := func(what string, l *fence.Lease) {
+		t.Helper()
+		select {
+		case <-l.Done():
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s whose znode was deleted still holds after 30 s", what)
+		}
+	}
+	select {
+	case r := <-done:
+		switch {
+		case r.err == nil:
+			t.Log("granted between the deletion of the holder's znode and its own")
+			lost("the waiter granted so", r.l)
+		case !strings.Contains(r.err.Error(), "vanished") || errors.Is(r.err, fence.ErrUnavailable):
+			t.Errorf("waiting Acquire after its queue was deleted: %v; want an error saying its entry vanished", r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting Acquire still waits 30 s after its queue was deleted")
+	}
+	lost("the holder", held)
 }
