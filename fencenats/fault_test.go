@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencing/fence"
 	"github.com/fencing/fence/fencenats"
 	"github.com/fencing/fence/internal/testkit/faultproxy"
+	"github.com/fencing/fence/internal/testkit/testserver"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -273,4 +275,53 @@ func TestReleaseGivesUpAfterTTL(t *testing.T) {
 		t.Errorf("token %d after %d", l2.Token(), l.Token())
 	}
 	_ = l2.Release(ctx)
+}
+
+// TestBucketDeletedIsMadeAgain: a bucket deleted behind running drivers
+// (an operator, or a server that held it in memory and restarted) is made
+// again by the next acquisition that finds its stream gone, with tokens
+// above every earlier one; the holder of the deleted bucket loses its
+// lease. Before, a running driver took the missing stream for one
+// electing its leader and a waiting Acquire waited for ever.
+func TestBucketDeletedIsMadeAgain(t *testing.T) {
+	ctx := ctxT(t)
+	srv := testserver.NATS(t)
+	d := dial(t, srv.URL(), "wiped")
+	c := newFence(t, d)
+	held, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, "wiped"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(ctx, "k", fence.WithWait(15*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after the bucket was deleted: %v; want the bucket made again and the key granted", err)
+	}
+	defer l.Release(ctx)
+	if l.Token() <= held.Token() {
+		t.Errorf("token %d in the bucket made again, %d before; want it greater", l.Token(), held.Token())
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(15 * time.Second):
+		t.Error("the holder of the deleted bucket still holds")
+	}
+	st, err := js.Stream(ctx, "KV_wiped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := st.CachedInfo(); info.Config.Replicas != 1 || !info.Config.AllowMsgTTL || info.Config.MaxMsgsPerSubject != 1 {
+		t.Errorf("the bucket made again: %+v; want it as it was", info.Config)
+	}
 }

@@ -95,6 +95,10 @@ type Store struct {
 	maxAge time.Duration // the bucket's max age, if any
 	marker time.Duration // TTL of purge markers (per-key mode)
 	nc     *nats.Conn    // closed by Close, if the driver dialled it
+
+	// cfg is the bucket's stream as New found or made it: a bucket
+	// deleted behind the driver's back is made again so (recreate).
+	cfg jetstream.StreamConfig
 }
 
 var (
@@ -156,7 +160,7 @@ func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Opt
 	}
 	cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
 	d := &Store{js: js, kv: kv, bucket: bucket, pre: "$KV." + bucket + ".", perKey: cfg.AllowMsgTTL,
-		maxAge: cfg.MaxAge, marker: max(cfg.SubjectDeleteMarkerTTL, time.Second)}
+		maxAge: cfg.MaxAge, marker: max(cfg.SubjectDeleteMarkerTTL, time.Second), cfg: cfg}
 	if !d.perKey && d.maxAge <= 0 {
 		return nil, fmt.Errorf("fencenats: bucket %q has neither per-message TTLs nor a max age: its keys would never expire "+
 			"(nats-server %s; per-message TTLs need 2.11 or newer: upgrade, or create the bucket with WithBucketMaxAge)",
@@ -220,7 +224,6 @@ func createBucket(ctx context.Context, js jetstream.JetStream, bucket string, o 
 		AllowDirect:       true,
 		Discard:           jetstream.DiscardNew,
 		Duplicates:        2 * time.Minute,
-		FirstSeq:          uint64(time.Now().UnixMicro()),
 	}
 	if o.maxAge > 0 {
 		cfg.MaxAge = o.maxAge
@@ -229,10 +232,24 @@ func createBucket(ctx context.Context, js jetstream.JetStream, bucket string, o 
 		cfg.AllowMsgTTL = true
 		cfg.SubjectDeleteMarkerTTL = o.marker
 	}
-	if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	if err := createStream(ctx, js, cfg); err != nil {
 		return nil, err
 	}
 	return js.KeyValue(ctx, bucket)
+}
+
+// createStream creates a bucket's stream as cfg says, its sequence
+// starting at the current time in microseconds: above every token of an
+// earlier stream of that name, whose sequence started at its own creation
+// time and grew by one a message, far slower than the clock (the one
+// assumption: the clock of the machine that creates it was not set back).
+// Another driver's creating it first is no error.
+func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	cfg.FirstSeq = uint64(time.Now().UnixMicro())
+	if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return err
+	}
+	return nil
 }
 
 // names escapes keys into valid KV keys that are a single subject token.

@@ -39,9 +39,37 @@ func (d *Store) acquisition(ctx context.Context, req fence.Request, acquire func
 		c, err = acquire(rctx)
 	}
 	if err != nil && ctx.Err() == nil {
+		err = d.recreate(ctx, max(req.TTL, time.Second), err)
 		err = unavail.Mark(err, func(err error) bool { return unavailable(rctx, err) })
 	}
 	return c, err
+}
+
+// recreate makes the bucket's stream again if err, an acquisition's,
+// found no stream to answer and the stream is gone: deleted behind the
+// driver's back, or held in memory by a server that restarted. The leases
+// it held are lost (their holders' next renewal is refused); the new
+// stream's sequence starts at the current time, so its tokens are above
+// every earlier one (createStream). Without it a running driver would
+// take the missing stream for one electing its leader and wait for ever.
+// It returns err, saying what it did; the caller's next attempt (a
+// waiting Acquire's) meets the new stream. Each request waits at most
+// within, as an acquisition's: a stream electing its leader does not
+// answer either.
+func (d *Store) recreate(ctx context.Context, within time.Duration, err error) error {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	_, serr := d.js.Stream(ctx, d.cfg.Name)
+	if !errors.Is(serr, jetstream.ErrStreamNotFound) {
+		return err // there, or the server cannot tell for now
+	}
+	if cerr := createStream(ctx, d.js, d.cfg); cerr != nil {
+		return fmt.Errorf("%w (the bucket's stream %s is gone, and making it again failed: %w)", err, d.cfg.Name, cerr)
+	}
+	return fmt.Errorf("%w (the bucket's stream %s was gone: made again, its sequence from the clock)", err, d.cfg.Name)
 }
 
 // JetStream API error codes that say the stream cannot answer for now, as
