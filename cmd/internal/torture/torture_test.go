@@ -104,6 +104,25 @@ func run(t *testing.T, s *Store, cfg Config) *Result {
 	return r
 }
 
+// runBiting runs the plan cfg on s up to three times, until bit says a
+// run provoked what the test is about (a pause that landed on a holder
+// about to write, an overlap past the slack). A run that did not bite
+// proves nothing either way, so it is logged and run again; the last run
+// comes back for the caller's checks, which fail it when none bit.
+// missed holds the runs that did not bite, for a caller whose every run
+// must also be clean.
+func runBiting(t *testing.T, s *Store, cfg Config, bit func(*Result) bool) (last *Result, missed []*Result) {
+	t.Helper()
+	r := run(t, s, cfg)
+	for try := 1; try < 3 && !bit(r); try++ {
+		t.Logf("the plan did not bite (%d faults, %d overlaps, %d losses, %d stale writes refused, %d accepted, violations %q); again",
+			r.Faults, r.Overlaps, r.Losses, r.StaleRefused, r.StaleAccepted, r.Violations)
+		missed = append(missed, r)
+		r = run(t, s, cfg)
+	}
+	return r, missed
+}
+
 // logWorkers shows the workers' logs of r's plan, for a failure.
 // The verdict comes first and each log is cut to its last logTail lines:
 // a failing plan's whole histories would bury it, and CI keeps only a
@@ -248,7 +267,10 @@ func inParallel(t *testing.T, names []string, n int, f func(t *testing.T, name s
 func TestPauseBites(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, "mem")
-	r := run(t, s, short(FaultPause, false))
+	r, missed := runBiting(t, s, short(FaultPause, false), func(r *Result) bool { return r.Overlaps > 0 && r.StaleRefused > 0 })
+	for _, m := range missed {
+		expectClean(t, m)
+	}
 	expectClean(t, r)
 	if r.Overlaps == 0 || r.StaleRefused == 0 {
 		t.Errorf("the pause plan caused %d overlaps and %d refused stale writes; want some of each", r.Overlaps, r.StaleRefused)
@@ -262,16 +284,10 @@ func TestNoGuardShowsCorruption(t *testing.T) {
 	t.Parallel()
 	eachStore(t, proofStores(), func(t *testing.T, spec string) {
 		s := openStore(t, spec)
-		r := run(t, s, short(FaultPause, true))
-		for try := 1; try < 3 && r.StaleAccepted == 0; try++ {
-			// No pause landed on a holder about to write (it released
-			// first, its write fell outside the overlap, or the machine
-			// was too slow for an episode to fit): that proves nothing
-			// either way, so try again; three runs without one
-			// accepted stale write fail the test.
-			t.Logf("the pause did not bite (%d overlaps, no stale write accepted); again", r.Overlaps)
-			r = run(t, s, short(FaultPause, true))
-		}
+		// A pause may land on no holder about to write (it released
+		// first, its write fell outside the overlap, or the machine was
+		// too slow for an episode to fit).
+		r, _ := runBiting(t, s, short(FaultPause, true), func(r *Result) bool { return r.StaleAccepted > 0 })
 		if r.StaleAccepted == 0 || r.Linearizable != "Illegal" || r.OK() {
 			logWorkers(t, r)
 			t.Fatalf("without the guard the pause plan shows %d accepted stale writes and linearizable=%s; want the corruption shown",
@@ -387,11 +403,7 @@ func TestGuardOnlyRegister(t *testing.T) {
 	expectClean(t, r)
 
 	cfg.brokenGuard = true
-	r = run(t, s, cfg)
-	for try := 1; try < 3 && r.StaleAccepted == 0; try++ {
-		t.Logf("no pause landed in the broken guard's wait (%d overlaps); again", r.Overlaps)
-		r = run(t, s, cfg)
-	}
+	r, _ = runBiting(t, s, cfg, func(r *Result) bool { return r.StaleAccepted > 0 }) // a pause in the broken guard's wait
 	if r.StaleAccepted == 0 || r.OK() {
 		logWorkers(t, r)
 		t.Fatalf("guard-only register with a non-atomic guard: %d stale writes accepted, OK %v; want the race shown", r.StaleAccepted, r.OK())
@@ -419,14 +431,9 @@ func TestClockJumpBites(t *testing.T) {
 				cfg := short(FaultClockJump, noGuard)
 				cfg.Workers = 6
 				cfg.Duration *= 2
-				var r *Result
-				for try := 0; try < 3; try++ {
-					r = run(t, s, cfg)
-					if r.Overlaps > 0 && (noGuard || r.StaleRefused > 0) && (!noGuard || r.StaleAccepted > 0) {
-						break
-					}
-					t.Logf("no stale write landed after a jump (%d overlaps, %d refused, %d accepted); again", r.Overlaps, r.StaleRefused, r.StaleAccepted)
-				}
+				r, _ := runBiting(t, s, cfg, func(r *Result) bool { // a stale write after a jump
+					return r.Overlaps > 0 && (noGuard || r.StaleRefused > 0) && (!noGuard || r.StaleAccepted > 0)
+				})
 				switch {
 				case !noGuard:
 					expectClean(t, r)
@@ -556,13 +563,8 @@ func TestTooManyHoldersCaught(t *testing.T) {
 			}
 			cfg := short(FaultNone, false)
 			cfg.Kind = c.kind
-			r := run(t, s, cfg)
-			for try := 1; try < 3 && r.OK(); try++ {
-				// The extra holder came and went within the slack each
-				// time: that proves nothing either way.
-				t.Logf("no overlap past the slack (%d overlaps); again", r.Overlaps)
-				r = run(t, s, cfg)
-			}
+			// The extra holder may come and go within the slack.
+			r, _ := runBiting(t, s, cfg, func(r *Result) bool { return !r.OK() })
 			if all := strings.Join(r.Violations, "\n"); r.OK() || !strings.Contains(all, c.want) || r.StaleAccepted != 0 {
 				logWorkers(t, r)
 				t.Fatalf("a store that lets in one holder too many: OK %v, %d overlaps, %d stale writes accepted; want a violation with %q (violations %q)",
@@ -588,14 +590,9 @@ func lossMarking(t *testing.T, cfg Config, open func(t *testing.T, env *testserv
 			env := testserver.NewEnv("torture-loss-marking", &testLog{t})
 			t.Cleanup(env.Close)
 			s := open(t, env, marked)
-			var r *Result
-			for try := 0; try < 3; try++ {
-				r = run(t, s, cfg)
-				if r.Overlaps > 0 {
-					break
-				}
-				t.Logf("no worker was granted the key while the lost lease's holder believed in it (%d overlaps); again", r.Overlaps)
-			}
+			// A worker must be granted the key while the lost lease's
+			// holder believes in it.
+			r, _ := runBiting(t, s, cfg, func(r *Result) bool { return r.Overlaps > 0 })
 			if r.Overlaps == 0 {
 				logWorkers(t, r)
 				t.Fatalf("three restart plans with a failover that loses a lease made no overlap: the failover lost no lease anyone saw")
