@@ -207,6 +207,7 @@ func init() {
 			// The server expires sessions on its tick (200 ms here).
 			hold:      func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
 			restart:   restartProcess(env, "zookeeper", srv.Process),
+			wipe:      wipeZK([]string{srv.Addr()}, "/fence"),
 			emptyBare: true,
 		}
 		return s, s.saveEmpty("zookeeper", srv.Process)
@@ -227,6 +228,7 @@ func init() {
 			},
 			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
 			restart: restartMember(env, "zookeeper", zkProcs(e), e.Addrs(), func() (int, error) { return zkLeader(e) }),
+			wipe:    wipeZK(e.Addrs(), "/fence"),
 			// A server that lost its data comes back with its myid and
 			// takes the leader's state (testserver's ReplaceEmpty).
 			emptyMember: emptyMember("zookeeper", e.Addrs(), func() (int, error) { return zkLeader(e) }, e.ReplaceEmpty),
@@ -249,6 +251,7 @@ func init() {
 				return "azblob+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
 			},
 			restart: restartProcess(env, "azurite", srv.Process),
+			wipe:    wipeAzblob(srv.ConnectionString(), "torture"),
 			minTTL:  azureMinTTL,
 		}
 		return s, s.saveEmpty("azurite", srv.Process)
@@ -267,6 +270,7 @@ func init() {
 				return "aztable+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
 			},
 			restart: restartProcess(env, "azurite-table", srv.Process),
+			wipe:    wipeAztable(srv.TableURL(), "torture"),
 			// A contender takes a silent holder's key once it has seen
 			// the entity unchanged for a TTL, from its first look after
 			// the holder's last write: a polling step (up to 1 s) later.
@@ -287,6 +291,7 @@ func init() {
 					"@torture?create=1&region=" + testserver.DynaliteRegion + "&endpoint=http://" + a[0]
 			},
 			restart: restartProcess(env, "dynalite", srv.Process),
+			wipe:    wipeDynamo(srv.Endpoint(), "torture"),
 			// A contender takes a silent holder's key once it has seen
 			// the item unchanged for a TTL, from its first look after
 			// the holder's last write: a polling step (up to 1 s) later.
@@ -348,6 +353,7 @@ func init() {
 			addrs:   addrs,
 			url:     func(a []string, _ time.Duration) string { return "nats://" + strings.Join(a, ",") },
 			restart: restartMember(env, "nats-server", natsProcs(c), addrs, func() (int, error) { return natsStreamLeader(c) }),
+			wipe:    wipeNATS(addrs...),
 			hold:    func(ttl time.Duration) time.Duration { return (ttl + time.Second - 1).Truncate(time.Second) },
 			// A server that lost its store comes back under its name and
 			// takes its replicas back (testserver's ReplaceEmpty).
@@ -385,6 +391,7 @@ func init() {
 				return "k8s:///default?kubeconfig=" + url.QueryEscape(path)
 			},
 			restart: restartOneOf(env, "kube-apiserver and etcd", k.Process, k.Etcd.Process),
+			wipe:    wipeK8s(k.Kubeconfig(), "default"),
 			// leaseDurationSeconds is whole seconds, rounded up, plus one,
 			// and a contender takes a silent Lease a duration after it
 			// first saw its last version, up to a second later.

@@ -163,10 +163,11 @@ func wipeEtcd(addrs ...string) func(context.Context) (string, error) {
 	}
 }
 
-// wipeNATS deletes every JetStream key-value bucket.
-func wipeNATS(addr string) func(context.Context) (string, error) {
+// wipeNATS deletes every JetStream key-value bucket of the servers at
+// addrs (one server, or a cluster's).
+func wipeNATS(addrs ...string) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
-		js, closeJS, err := natsJetStream("nats://" + addr)
+		js, closeJS, err := natsJetStream("nats://" + strings.Join(addrs, ",nats://"))
 		if err != nil {
 			return "", err
 		}
