@@ -7,8 +7,8 @@ package fencepg_test
 //
 //	FENCEPG_SEQTOKEN=1 go test -run 'TestSeqToken' -v .
 //
-// They report what they see (t.Log) and fail only when the experiment
-// itself cannot run.
+// They report what they see (t.Log) and fail when the experiment itself
+// cannot run, or when session mode's own token goes back across a crash.
 
 import (
 	"context"
@@ -124,6 +124,14 @@ func TestSeqTokenCrash(t *testing.T) {
 	}
 	t.Logf("PostgreSQL %s, a SIGKILL right after the last value:\n%s",
 		serverVersion(t, ctx, srv.DSN()), b.String())
+	// The sequence rows are what the experiment measures; session mode's
+	// own token is a guarantee (docs/design.md, section 3, rule 9).
+	for _, r := range results {
+		if r.how == "fence-session" && r.after <= r.last {
+			t.Errorf("session mode's token went back across the crash (synchronous_commit %s, %d grants): %d, then %d",
+				r.syncCommit, r.calls, r.last, r.after)
+		}
+	}
 }
 
 func serverVersion(t *testing.T, ctx context.Context, dsn string) string {
