@@ -885,32 +885,29 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 		}
 	case FaultClockJump:
 		jump := 2 * ttl
-		defer func() {
-			// A plan cut short between the two jumps leaves the clock
-			// as it found it.
-			if off := p.store.clock.Offset(); off != 0 {
-				_ = p.store.clock.Jump(-off)
-			}
-		}()
+		// A plan cut short between the two jumps leaves the clocks as it
+		// found them.
+		defer p.store.clock.reset()
 		for time.Now().Before(fits()) {
 			p.drain()
 			if _, pr := p.holder(ctx, fits()); pr == nil {
 				break
 			}
 			wait(p.jitter(p.cfg.Work))
-			if err := p.store.clock.Jump(jump); err != nil {
+			what, err := p.store.clock.forward(jump)
+			if err != nil {
 				p.fault("clock jump failed: "+err.Error(), true)
 				p.faultErr = fmt.Errorf("clock-jump: %w", err)
 				return
 			}
-			p.fault(fmt.Sprintf("the store's clock jumps %v forward", jump), false)
+			p.fault(fmt.Sprintf("%s jumps %v forward", what, jump), false)
 			wait(ttl)
-			if err := p.store.clock.Jump(-jump); err != nil {
+			if err := p.store.clock.back(jump); err != nil {
 				p.fault("clock jump failed: "+err.Error(), true)
 				p.faultErr = fmt.Errorf("clock-jump: %w", err)
 				return
 			}
-			p.fault(fmt.Sprintf("the store's clock jumps %v back", jump), true)
+			p.fault(fmt.Sprintf("%s jumps %v back", what, jump), true)
 			wait(ttl)
 		}
 	case FaultPartition:

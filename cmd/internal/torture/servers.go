@@ -51,7 +51,7 @@ func init() {
 			return nil, err
 		}
 		s := &Store{
-			clock:   clock,
+			clock:   oneClock(clock),
 			clockNA: clockNA,
 			addrs:   []string{srv.Addr()},
 			url:     func(a []string, _ time.Duration) string { return "redis://" + a[0] },
@@ -61,18 +61,21 @@ func init() {
 		return s, s.saveEmpty("redis-server", srv.Process)
 	})
 	server("redlock", "redlock", "Redlock over three private redis-servers (the restart fault restarts one)", func(env *testserver.Env) (*Store, error) {
-		var srvs []*testserver.RedisServer
-		// The clock-jump fault moves the three servers' clock together.
-		clock, clockNA := fakeClock(env)
-		if err := env.Do(func(tb testing.TB) { srvs = testserver.Redises(tb, 3, clockOpts(clock)...) }); err != nil {
-			return nil, err
-		}
+		// A clock per server: the clock-jump fault moves all three, then
+		// each one alone, in turn.
+		srvs := make([]*testserver.RedisServer, 3)
+		clocks := make([]*testserver.FakeClock, 3)
+		var clockNA string
 		var addrs []string
-		for _, s := range srvs {
-			addrs = append(addrs, s.Addr())
+		for i := range srvs {
+			clocks[i], clockNA = fakeClock(env)
+			if err := env.Do(func(tb testing.TB) { srvs[i] = testserver.Redis(tb, clockOpts(clocks[i])...) }); err != nil {
+				return nil, err
+			}
+			addrs = append(addrs, srvs[i].Addr())
 		}
 		s := &Store{
-			clock:   clock,
+			clock:   memberClocks(clocks, addrs),
 			clockNA: clockNA,
 			addrs:   addrs,
 			url:     func(a []string, _ time.Duration) string { return "redlock://" + strings.Join(a, ",") },
@@ -93,7 +96,7 @@ func init() {
 			ps = append(ps, n.Process)
 		}
 		s := &Store{
-			clock:   clock,
+			clock:   oneClock(clock),
 			clockNA: clockNA,
 			url:     func([]string, time.Duration) string { return seeds },
 			// The client learns the masters' own addresses from the
@@ -112,7 +115,7 @@ func init() {
 				return nil, err
 			}
 			s := &Store{
-				clock:   clock,
+				clock:   oneClock(clock),
 				clockNA: clockNA,
 				addrs:   []string{srv.Addr()},
 				url: func(a []string, _ time.Duration) string {
@@ -133,7 +136,7 @@ func init() {
 			return nil, err
 		}
 		s := &Store{
-			clock:   clock,
+			clock:   oneClock(clock),
 			clockNA: clockNA,
 			addrs:   []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {

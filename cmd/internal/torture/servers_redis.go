@@ -55,7 +55,7 @@ func openRedisSentinel(env *testserver.Env) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.clock, s.clockNA = clock, clockNA
+	s.clock, s.clockNA = oneClock(clock), clockNA
 	s.setPartition(nt, why, func() partitionFunc { return partitionMaster(nt, sentinelCut(env, srv)) }, sentinelFailoverFor)
 	return s, nil
 }
@@ -249,7 +249,7 @@ func openRedisClusterFailover(env *testserver.Env) (*Store, error) {
 	}
 	n := 0
 	s := &Store{
-		clock:     clock,
+		clock:     oneClock(clock),
 		clockNA:   clockNA,
 		url:       func([]string, time.Duration) string { return seeds },
 		unproxied: "a Cluster client connects to the addresses the masters announce, not through a proxy",

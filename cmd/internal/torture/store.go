@@ -85,9 +85,9 @@ type Store struct {
 	// says what it removed.
 	wipe  func(ctx context.Context) (string, error)
 	close func()
-	// clock, if set, is the fake wall clock the store's server runs on
+	// clock, if set, is the fake wall clocks the store's servers run on
 	// (the clock-jump plan); clockNA says why there is none.
-	clock   *testserver.FakeClock
+	clock   *storeClock
 	clockNA string
 	// partition, if set, cuts one member of the cluster from its peers
 	// (its clients still reach it) and says what it did, which member
