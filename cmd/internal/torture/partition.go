@@ -36,11 +36,13 @@ func netOpts(nt *testserver.Net) []testserver.Option {
 
 // partitionMember returns a cluster's Store.partition: it cuts the member
 // leader names (of names, one per host of nt) from the others, then a
-// follower, in turn, and returns which member it cut. Its heal first checks that the fault bit: a leader
-// cut off for the episode must have been replaced by one the majority
-// elected (a partition that cut nothing would leave it leading), and a
-// follower cut off must not have taken the lead.
-func partitionMember(nt cutter, names []string, leader func() (int, error)) func(func(string)) (string, int, func() error, error) {
+// follower, in turn, and returns which member it cut. Its heal first
+// checks that the fault bit: a leader cut off for the episode must have
+// been replaced by one the majority elected (a partition that cut nothing
+// would leave it leading); a follower cut off must not have taken the
+// lead, and must itself have lost its leader (alone says so, asking the
+// member through its client address, which the cut leaves open).
+func partitionMember(nt cutter, names []string, leader func() (int, error), alone func(i int) error) func(func(string)) (string, int, func() error, error) {
 	next := leaderThenFollower(len(names), leader)
 	return func(func(string)) (string, int, func() error, error) {
 		i, role, err := next()
@@ -51,6 +53,10 @@ func partitionMember(nt cutter, names []string, leader func() (int, error)) func
 			return "", 0, nil, err
 		}
 		heal := func() error {
+			var aerr error
+			if role == "follower" {
+				aerr = awaitAlone(func() error { return alone(i) })
+			}
 			now, lerr := awaitLeader(leader)
 			herr := nt.Heal()
 			switch {
@@ -58,12 +64,33 @@ func partitionMember(nt cutter, names []string, leader func() (int, error)) func
 				return errors.Join(fmt.Errorf("the majority has no leader at the end of the partition: %w", lerr), herr)
 			case now == i:
 				return errors.Join(fmt.Errorf("the partition did not bite: %s %s, cut off from its peers, still leads", role, names[i]), herr)
+			case aerr != nil:
+				return errors.Join(fmt.Errorf("the partition did not bite: %s %s, cut off from its peers, still has a leader: %w", role, names[i], aerr), herr)
 			}
 			return herr
 		}
 		return fmt.Sprintf("cut %s %s from its peers (its clients still reach it)", role, names[i]), i, heal, nil
 	}
 }
+
+// awaitAlone asks alone until it says the member cut off has lost its
+// peers (nil), for up to aloneWithin: the partition has lasted the
+// cluster's election time by then, but a member may take a moment more to
+// give up its leader.
+func awaitAlone(alone func() error) error {
+	deadline := time.Now().Add(aloneWithin)
+	for {
+		err := alone()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// aloneWithin is awaitAlone's patience (a variable for the tests of a
+// cut that does not bite, which run before the parallel ones).
+var aloneWithin = 5 * time.Second
 
 // cutter cuts a cluster's members apart: a testserver.Net.
 type cutter interface {
@@ -74,8 +101,8 @@ type cutter interface {
 // setNet gives s the partition fault of a cluster on nt, or says why it
 // has none (why, from onNet). A partition lasts at least elect: the time
 // the cluster takes to see its leader gone and elect another.
-func (s *Store) setNet(nt *testserver.Net, why string, names []string, leader func() (int, error), elect time.Duration) {
-	s.setPartition(nt, why, func() partitionFunc { return partitionMember(nt, names, leader) }, elect)
+func (s *Store) setNet(nt *testserver.Net, why string, names []string, leader func() (int, error), alone func(int) error, elect time.Duration) {
+	s.setPartition(nt, why, func() partitionFunc { return partitionMember(nt, names, leader, alone) }, elect)
 }
 
 // partitionFunc is Store.partition.
@@ -108,6 +135,9 @@ type masterCut struct {
 	promoted func(old int) (int, error)
 	// ready waits, after the heal, until the deployment is whole again.
 	ready func() error
+	// alone says whether data server i has lost its master: nil when its
+	// replication link is down (asked through its client address).
+	alone func(i int) error
 	// minorityWrites says the cut-off master takes writes until, after
 	// the heal, it is turned into a replica (Sentinel); otherwise it
 	// refuses them once the majority may promote (Redis Cluster).
@@ -138,8 +168,12 @@ func partitionMaster(nt cutter, mc masterCut) func(lost func(string)) (string, i
 				return "", 0, nil, err
 			}
 			heal := func() error {
+				aerr := awaitAlone(func() error { return mc.alone(r) })
 				if err := nt.Heal(); err != nil {
 					return err
+				}
+				if aerr != nil {
+					return fmt.Errorf("the partition did not bite: %s replica %s, cut off from its peers, still replicates: %w", mc.what, mc.names[r], aerr)
 				}
 				return mc.ready()
 			}

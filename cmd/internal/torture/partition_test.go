@@ -24,32 +24,55 @@ func (f *fakeNet) Isolate(i int) error {
 
 func (f *fakeNet) Heal() error { return nil }
 
+// shortAlone makes awaitAlone give up at once, for a test of a cut that
+// does not bite.
+func shortAlone(t *testing.T) {
+	old := aloneWithin
+	aloneWithin = 0
+	t.Cleanup(func() { aloneWithin = old })
+}
+
 // TestPartitionMustBite: a partition whose leader goes on leading (a cut
 // that cut nothing) fails the episode at its heal; one that moved the lead
-// passes, and the next episode cuts a follower.
+// passes, and the next episode cuts a follower, which fails at its heal
+// if the follower still has a leader.
 func TestPartitionMustBite(t *testing.T) {
+	shortAlone(t)
 	names := []string{"m0", "m1", "m2"}
 	for _, c := range []struct {
-		moveLead bool
-		want     string
+		moveLead, followerAlone bool
+		want                    string
 	}{
-		{false, "did not bite: leader m1"},
-		{true, ""},
+		{false, true, "did not bite: leader m1"},
+		{true, true, ""},
+		{true, false, "did not bite: follower m1, cut off from its peers, still has a leader"},
 	} {
 		f := &fakeNet{leader: 1, moveLead: c.moveLead}
-		part := partitionMember(f, names, func() (int, error) { return f.leader, nil })
+		alone := func(i int) error {
+			if !c.followerAlone || i != f.cut {
+				return errors.New("it names a leader")
+			}
+			return nil
+		}
+		part := partitionMember(f, names, func() (int, error) { return f.leader, nil }, alone)
 		desc, member, heal, err := part(nil)
 		if err != nil || !strings.Contains(desc, "leader m1") || f.cut != 1 || member != 1 {
 			t.Fatalf("first episode: %q, %v, cut %d; want the leader m1 cut", desc, err, f.cut)
 		}
 		err = heal()
-		if c.want == "" {
+		if c.moveLead {
 			if err != nil {
 				t.Fatalf("a partition that moved the lead: heal = %v", err)
 			}
 			desc, member, heal, err := part(nil)
-			if err != nil || !strings.Contains(desc, "follower m1") || member != 1 || heal() != nil {
+			if err != nil || !strings.Contains(desc, "follower m1") || member != 1 {
 				t.Fatalf("second episode: %q, %v; want the follower m1 (after leader m0) cut", desc, err)
+			}
+			switch err := heal(); {
+			case c.want == "" && err != nil:
+				t.Fatalf("a follower that lost its leader: heal = %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("a follower that kept its leader: heal = %v; want %q", err, c.want)
 			}
 			continue
 		}
@@ -65,13 +88,15 @@ func TestPartitionMustBite(t *testing.T) {
 // it stops taking writes, after the heal's demotion where it does not),
 // and the next episode cuts a replica, whose heal marks no loss.
 func TestPartitionMasterMustBite(t *testing.T) {
+	shortAlone(t)
 	for _, c := range []struct {
-		promote, minorityWrites bool
-		want                    string
+		promote, minorityWrites, replicates bool
+		want                                string
 	}{
-		{false, false, "did not bite"},
-		{true, false, ""},
-		{true, true, ""},
+		{false, false, false, "did not bite"},
+		{true, false, false, ""},
+		{true, true, false, ""},
+		{true, false, true, "did not bite: redis master replica r2, cut off from its peers, still replicates"},
 	} {
 		f := &fakeNet{leader: 1}
 		var steps []string
@@ -89,6 +114,12 @@ func TestPartitionMasterMustBite(t *testing.T) {
 			},
 			ready:          func() error { steps = append(steps, "ready"); return nil },
 			minorityWrites: c.minorityWrites,
+			alone: func(int) error {
+				if c.replicates {
+					return errors.New("its replication link is up")
+				}
+				return nil
+			},
 		}
 		part := partitionMaster(f, mc)
 		lost := func(string) { steps = append(steps, "lost") }
@@ -97,7 +128,7 @@ func TestPartitionMasterMustBite(t *testing.T) {
 			t.Fatalf("first episode: %q, %v, cut %d; want the master r1 cut", desc, err, f.cut)
 		}
 		err = heal()
-		if c.want != "" {
+		if !c.promote {
 			if err == nil || !strings.Contains(err.Error(), c.want) || slices.Contains(steps, "lost") {
 				t.Fatalf("a cut that promoted nothing: heal = %v, steps %v; want %q and no loss", err, steps, c.want)
 			}
@@ -112,8 +143,18 @@ func TestPartitionMasterMustBite(t *testing.T) {
 		}
 		steps = nil
 		desc, member, heal, err = part(lost)
-		if err != nil || !strings.Contains(desc, "replica r2") || member != 2 || heal() != nil || slices.Contains(steps, "lost") {
-			t.Fatalf("second episode: %q, %v, steps %v; want the replica r2 cut and no loss", desc, err, steps)
+		if err != nil || !strings.Contains(desc, "replica r2") || member != 2 {
+			t.Fatalf("second episode: %q, %v; want the replica r2 cut", desc, err)
+		}
+		err = heal()
+		if slices.Contains(steps, "lost") {
+			t.Fatalf("second episode: steps %v; want no loss", steps)
+		}
+		switch {
+		case !c.replicates && err != nil:
+			t.Fatalf("a replica cut off from its master: heal = %v", err)
+		case c.replicates && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Fatalf("a replica that still replicates: heal = %v; want %q", err, c.want)
 		}
 	}
 }

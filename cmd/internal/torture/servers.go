@@ -190,7 +190,7 @@ func init() {
 		}
 		// A leader that hears no quorum for an election timeout (1 s)
 		// steps down, and the others elect one in about as long.
-		s.setNet(nt, why, etcdNames(c), func() (int, error) { return etcdLeader(c) }, 3*time.Second)
+		s.setNet(nt, why, etcdNames(c), func() (int, error) { return etcdLeader(c) }, func(i int) error { return etcdAlone(c, i) }, 3*time.Second)
 		// Measured: 3.1 s at most after a kill or a cut (TTL 500 ms).
 		s.grantWithin = 6 * time.Second
 		return s, nil
@@ -238,7 +238,7 @@ func init() {
 		}
 		// A leader gives up without a quorum after syncLimit ticks (2 s
 		// here), then the others elect one.
-		s.setNet(nt, why, e.Addrs(), func() (int, error) { return zkLeader(e) }, 4*time.Second)
+		s.setNet(nt, why, e.Addrs(), func() (int, error) { return zkLeader(e) }, func(i int) error { return zkAlone(e, i) }, 4*time.Second)
 		// Measured: 1.1 s after a kill, 3.1 s after a cut.
 		s.grantWithin = 6 * time.Second
 		return s, nil
@@ -364,7 +364,7 @@ func init() {
 		}
 		// A stream's Raft group elects a new leader some seconds after
 		// losing one (docs/reliability.md, "Leader loss in clusters").
-		s.setNet(nt, why, addrs, func() (int, error) { return natsStreamLeader(c) }, 8*time.Second)
+		s.setNet(nt, why, addrs, func() (int, error) { return natsStreamLeader(c) }, func(i int) error { return natsAlone(c, i) }, 8*time.Second)
 		// Measured: 5.0 s to 5.9 s after a kill or a cut; the stream's
 		// election takes seconds.
 		s.grantWithin = 12 * time.Second
@@ -581,6 +581,52 @@ func natsStreamLeaderFrom(c *testserver.NATSClusterServer, url string) (int, err
 		}
 	}
 	return 0, fmt.Errorf("the bucket's stream has no leader among the cluster's servers (%+v)", info.Cluster)
+}
+
+// etcdAlone says whether member i of the cluster has lost its leader, as
+// it reports itself: nil if it names none.
+func etcdAlone(c *testserver.EtcdClusterServer, i int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	ep := c.Endpoints()[i]
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 3 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	st, err := cli.Status(ctx, ep)
+	switch {
+	case err != nil:
+		return fmt.Errorf("its status: %w", err)
+	case st.Leader != 0:
+		return fmt.Errorf("it names leader %x", st.Leader)
+	}
+	return nil
+}
+
+// zkAlone says whether server i of the ensemble has lost its quorum: nil
+// if it does not serve.
+func zkAlone(e *testserver.ZooKeeperEnsembleServer, i int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	mode, err := e.Servers[i].Mode(ctx)
+	switch {
+	case err != nil:
+		return err
+	case mode != "":
+		return fmt.Errorf("it serves as %s", mode)
+	}
+	return nil
+}
+
+// natsAlone says whether server i of the cluster has lost the bucket's
+// stream: nil if, asked through it, JetStream names no leader.
+func natsAlone(c *testserver.NATSClusterServer, i int) error {
+	l, err := natsStreamLeaderFrom(c, "nats://"+c.Servers[i].Addr())
+	if err != nil {
+		return nil
+	}
+	return fmt.Errorf("through it, the stream's leader is %s", c.Servers[l].Addr())
 }
 
 // etcdLeader returns the index of the cluster's leader, as its members

@@ -101,6 +101,7 @@ func sentinelCut(env *testserver.Env, srv *testserver.RedisSentinelServer) maste
 			})
 		},
 		ready:          func() error { return env.Do(func(testing.TB) { srv.WaitReady() }) },
+		alone:          func(i int) error { return redisAlone(srv.Nodes[i]) },
 		minorityWrites: true,
 	}
 }
@@ -355,7 +356,25 @@ func clusterCut(env *testserver.Env, c *testserver.RedisClusterServer, masters f
 			return index(p), err
 		},
 		ready: func() error { return env.Do(func(testing.TB) { c.WaitReady() }) },
+		alone: func(i int) error { return redisAlone(c.Nodes[i]) },
 	}
+}
+
+// redisAlone says whether the replica n has lost its master: nil if its
+// replication link is down.
+func redisAlone(n *testserver.RedisServer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	switch {
+	case err != nil:
+		return err
+	case strings.Contains(info, "master_link_status:down"):
+		return nil
+	}
+	return fmt.Errorf("its replication link is up")
 }
 
 // clusterFailover kills the master m, waits until one of its replicas rs

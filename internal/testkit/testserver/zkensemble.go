@@ -42,6 +42,25 @@ func (e *ZooKeeperEnsembleServer) Leader(ctx context.Context) *ZooKeeperServer {
 	return nil
 }
 
+// Mode returns the server's mode as its srvr answer names it (leader,
+// follower, standalone), or "" when it does not serve: a member that has
+// lost its quorum.
+func (s *ZooKeeperServer) Mode(ctx context.Context) (string, error) {
+	out, err := zkFourLetter(ctx, s.Addr(), "srvr")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
+			return strings.TrimSpace(m), nil
+		}
+	}
+	if strings.Contains(out, "not currently serving") {
+		return "", nil
+	}
+	return "", fmt.Errorf("testserver: zookeeper %s: srvr answered %q", s.Addr(), out)
+}
+
 // ZooKeeperEnsemble starts an ensemble of n servers and waits until each
 // serves (srvr reports its mode: leader or follower, which needs a
 // quorum). Options' Args are extra zoo.cfg lines for every server.
