@@ -41,9 +41,17 @@ func unavailable(err error) bool {
 		return etcdUnavailable(err.Error())
 	}
 	// The HTTP/2 connection to the server broke, or the server closed it
-	// going down (GOAWAY): client-go's own names for these.
+	// going down (GOAWAY): client-go's own names for these. Or client-go's
+	// own rate limit (rest.Config's QPS and Burst) would hold the request
+	// past the attempt's deadline, so it was never sent: the store could
+	// not be asked in time, as under a server's 429, and a waiting Acquire
+	// tries again within its wait rather than failing before it ends
+	// (client-go's rest.Request.tryThrottle; the limiter's own message is
+	// golang.org/x/time/rate's).
+	msg := err.Error()
 	return utilnet.IsHTTP2ConnectionLost(err) ||
-		strings.Contains(err.Error(), "http2: server sent GOAWAY and closed the connection")
+		strings.Contains(msg, "http2: server sent GOAWAY and closed the connection") ||
+		strings.Contains(msg, "client rate limiter Wait returned an error: rate: Wait(n=")
 }
 
 // etcdUnavailable reports whether msg carries one of the errors of etcd's

@@ -1,6 +1,7 @@
 package fencek8s
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,8 @@ func TestUnavailable(t *testing.T) {
 		{"etcd leader changed", apierrors.NewGenericServerResponse(500, "PUT", leases, "k", "etcdserver: leader changed", 0, false), true},
 		{"etcd timeout", apierrors.NewInternalError(errors.New("etcdserver: request timed out, possibly due to connection lost")), true},
 		{"http2 lost", fmt.Errorf("Get %q: http2: client connection lost", "https://127.0.0.1:1"), true},
+		{"client rate limit", fmt.Errorf("client rate limiter Wait returned an error: %w", errors.New("rate: Wait(n=1) would exceed context deadline")), true},
+		{"client rate limit, cancelled", fmt.Errorf("client rate limiter Wait returned an error: %w", context.Canceled), false},
 		{"other internal error", apierrors.NewInternalError(errors.New("unable to decode an event from the watch stream")), false},
 		{"conflict", apierrors.NewConflict(leases, "k", errors.New("the object has been modified")), false},
 		{"exists", apierrors.NewAlreadyExists(leases, "k"), false},
