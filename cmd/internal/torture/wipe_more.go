@@ -41,9 +41,10 @@ func wipeZK(addrs []string, root string) func(context.Context) (string, error) {
 		}
 		defer conn.Close()
 		n := 0
+		deadline := time.Now().Add(10 * time.Second)
 		var del func(path string) error
 		del = func(path string) error {
-			for try := 0; ; try++ {
+			for {
 				kids, _, err := conn.Children(path)
 				if errors.Is(err, zk.ErrNoNode) {
 					return nil
@@ -62,8 +63,9 @@ func wipeZK(addrs []string, root string) func(context.Context) (string, error) {
 					return nil
 				case errors.Is(err, zk.ErrNoNode):
 					return nil
-				case errors.Is(err, zk.ErrNotEmpty) && try < 10 && ctx.Err() == nil:
-					// A contender queued meanwhile: empty it again.
+				case errors.Is(err, zk.ErrNotEmpty) && time.Now().Before(deadline) && ctx.Err() == nil:
+					// A contender queued meanwhile (semaphores and
+					// reader-writer locks queue busily): empty it again.
 				default:
 					return fmt.Errorf("delete %s: %w", path, err)
 				}
