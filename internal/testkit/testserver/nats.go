@@ -105,10 +105,30 @@ func natsPing(ctx context.Context, addr string) error { return natsPingAs(ctx, a
 
 // natsPingAs is natsPing with the credentials of auth in the CONNECT.
 func natsPingAs(ctx context.Context, addr string, auth natsAuth) error {
+	reply, err := natsRequestAs(ctx, addr, auth, "$JS.API.INFO", "")
+	if err != nil {
+		return err
+	}
+	if strings.Contains(reply, `"error"`) {
+		return fmt.Errorf("nats: JetStream: %s", reply)
+	}
+	return nil
+}
+
+// natsRequest sends one request on subject with payload, after CONNECT
+// (no credentials) and a PING that must be answered, and returns the
+// reply's payload.
+func natsRequest(ctx context.Context, addr, subject, payload string) (string, error) {
+	return natsRequestAs(ctx, addr, natsAuth{}, subject, payload)
+}
+
+// natsRequestAs is natsRequest with the credentials of auth in the
+// CONNECT.
+func natsRequestAs(ctx context.Context, addr string, auth natsAuth, subject, payload string) (string, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -117,10 +137,10 @@ func natsPingAs(ctx context.Context, addr string, auth natsAuth) error {
 	r := bufio.NewReader(conn)
 	line, err := r.ReadString('\n')
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !strings.HasPrefix(line, "INFO ") {
-		return fmt.Errorf("nats: greeting %q, want INFO", strings.TrimSpace(line))
+		return "", fmt.Errorf("nats: greeting %q, want INFO", strings.TrimSpace(line))
 	}
 	connect, err := json.Marshal(struct {
 		Verbose  bool `json:"verbose"`
@@ -129,19 +149,21 @@ func natsPingAs(ctx context.Context, addr string, auth natsAuth) error {
 		natsAuth
 	}{Protocol: 1, natsAuth: auth})
 	if err != nil {
-		return err
+		return "", err
 	}
 	_, err = io.WriteString(conn, "CONNECT "+string(connect)+"\r\n"+
-		"SUB _INBOX.testserver 1\r\nPUB $JS.API.INFO _INBOX.testserver 0\r\n\r\nPING\r\n")
+		"SUB _INBOX.testserver 1\r\n"+
+		fmt.Sprintf("PUB %s _INBOX.testserver %d\r\n%s\r\n", subject, len(payload), payload)+
+		"PING\r\n")
 	if err != nil {
-		return err
+		return "", err
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-	gotPong, gotJS := false, false
-	for !gotPong || !gotJS {
+	gotPong, reply := false, ""
+	for gotReply := false; !gotPong || !gotReply; {
 		line, err := r.ReadString('\n')
 		if err != nil {
-			return fmt.Errorf("nats: got PONG %v, JetStream answer %v: %v", gotPong, gotJS, err)
+			return "", fmt.Errorf("nats: got PONG %v, an answer to %s %v: %v", gotPong, subject, gotReply, err)
 		}
 		switch f := strings.Fields(line); {
 		case len(f) == 0:
@@ -150,20 +172,17 @@ func natsPingAs(ctx context.Context, addr string, auth natsAuth) error {
 		case f[0] == "PING":
 			_, _ = io.WriteString(conn, "PONG\r\n")
 		case f[0] == "-ERR":
-			return fmt.Errorf("nats: %s", strings.TrimSpace(line))
+			return "", fmt.Errorf("nats: %s", strings.TrimSpace(line))
 		case f[0] == "MSG" && len(f) >= 4:
 			n, _ := strconv.Atoi(f[len(f)-1])
-			payload := make([]byte, n+2)
-			if _, err := io.ReadFull(r, payload); err != nil {
-				return err
+			b := make([]byte, n+2)
+			if _, err := io.ReadFull(r, b); err != nil {
+				return "", err
 			}
-			if strings.Contains(string(payload), `"error"`) {
-				return fmt.Errorf("nats: JetStream: %s", strings.TrimSpace(string(payload)))
-			}
-			gotJS = true
+			reply, gotReply = strings.TrimSpace(string(b)), true
 		}
 	}
-	return nil
+	return reply, nil
 }
 
 // versionAtLeast compares dotted versions numerically ("2.9.10" < "2.11").

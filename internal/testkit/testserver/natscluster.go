@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // NATSClusterServer is a private cluster of nats-servers with JetStream,
@@ -45,7 +46,8 @@ func (c *NATSClusterServer) Named(name string) *NATSServer {
 // NATSCluster starts n nats-servers with JetStream as one cluster (client
 // and route ports free on loopback) and waits until each answers a
 // JetStream API request, which needs the cluster's JetStream meta leader
-// elected. It takes no credentials.
+// elected, and until a stream of n replicas can be placed, which needs
+// every server in the meta group. It takes no credentials.
 func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 	t.Helper()
 	if n < 1 {
@@ -120,9 +122,47 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 		for i, s := range c.Servers {
 			ps[i] = s.Process
 		}
-		return startTogether(ps)
+		if err := startTogether(ps); err != nil {
+			return err
+		}
+		return natsAwaitPlacement(c.Servers[0].Addr(), n)
 	})
 	return c
+}
+
+// natsAwaitPlacement waits until the cluster whose server answers at addr
+// can place a stream of n replicas: the meta leader answers JetStream API
+// requests before every server has joined its group, and a stream of
+// more replicas than have joined is refused with "no suitable peers for
+// placement". It creates a small stream of n replicas in memory, and
+// deletes it again.
+func natsAwaitPlacement(addr string, n int) error {
+	name := fmt.Sprintf("fence_ready_%x", rand.Uint64())
+	cfg := fmt.Sprintf(`{"name":%q,"subjects":[%q],"num_replicas":%d,"storage":"memory"}`, name, "fence.ready."+name, n)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		reply, err := natsRequest(ctx, addr, "$JS.API.STREAM.CREATE."+name, cfg)
+		cancel()
+		switch {
+		case err == nil && !strings.Contains(reply, `"error"`):
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			reply, err = natsRequest(ctx, addr, "$JS.API.STREAM.DELETE."+name, "")
+			if err == nil && strings.Contains(reply, `"error"`) {
+				err = fmt.Errorf("nats: JetStream: %s", reply)
+			}
+			if err != nil {
+				return fmt.Errorf("deleting the stream that showed %d replicas can be placed: %w", n, err)
+			}
+			return nil
+		case err == nil && !strings.Contains(reply, "no suitable peers"):
+			return fmt.Errorf("nats: JetStream: creating a stream of %d replicas: %s", n, reply)
+		case time.Now().After(deadline):
+			return fmt.Errorf("nats: a stream of %d replicas cannot be placed after 30 s: %v %s", n, err, reply)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // ReplaceEmpty brings server i back without its JetStream store (-sd),
