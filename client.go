@@ -394,14 +394,17 @@ func (c *Client) acquirePolling(ctx, waitCtx context.Context, cfg *config, req R
 		}
 		var h *HeldError
 		if !errors.As(err, &h) {
+			if waitCtx.Err() != nil {
+				// The wait ended inside an attempt, which tells nothing
+				// new, even as ErrUnavailable (a driver that counts the
+				// answers missing at its deadline, as Redlock's quorum
+				// does, marks an attempt cut short so): the last answer
+				// before it, held or an outage, is still the last word.
+				return nil, c.waitEnded(ctx, waitCtx, req, held, down)
+			}
 			if errors.Is(err, ErrUnavailable) {
 				down = c.storeDown(cfg, req.Key, err, down)
 				continue // the sleep ends the wait if it is over
-			}
-			if waitCtx.Err() != nil {
-				// The wait ended inside an attempt, which tells nothing
-				// new: an outage before it is still the last word.
-				return nil, c.waitEnded(ctx, waitCtx, req, held, down)
 			}
 			return nil, c.acquireError(ctx, req.Key, err)
 		}
