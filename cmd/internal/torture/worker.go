@@ -226,7 +226,15 @@ func (w *worker) lease(ctx context.Context, key string) {
 		}
 		return
 	}
-	w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, Key: key, Kind: kn, Token: l.Token(), Res: ResOK, Valid: int64(l.ValidFor())})
+	valid := int64(l.ValidFor())
+	if valid <= 0 && errors.Is(l.Err(), fence.ErrLost) {
+		// Lost between the grant and this look (a wipe's deletion that
+		// the store reported at once): ValidFor says 0 for an ended
+		// lease, which tells nothing of its validity at the grant. The
+		// loss itself is recorded where the worker learns of it.
+		valid = validUnknown
+	}
+	w.emit(Event{Op: OpAcquire, Ph: Ret, ID: id, Key: key, Kind: kn, Token: l.Token(), Res: ResOK, Valid: valid})
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
