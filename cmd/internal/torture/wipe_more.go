@@ -273,13 +273,13 @@ func wipeAztable(tableURL, table string) func(context.Context) (string, error) {
 	if err != nil {
 		panic(err) // the emulator's published key
 	}
+	c, err := aztables.NewClientWithSharedKey(tableURL+"/"+table, cred, nil)
+	if err != nil {
+		panic(err) // a URL the tool made
+	}
 	return wipeAged(agedStore{
 		what: "entities of table " + table,
 		list: func(ctx context.Context) ([]agedRecord, error) {
-			c, err := aztables.NewClientWithSharedKey(tableURL+"/"+table, cred, nil)
-			if err != nil {
-				return nil, err
-			}
 			var recs []agedRecord
 			p := c.NewListEntitiesPager(nil)
 			for p.More() {
@@ -306,13 +306,9 @@ func wipeAztable(tableURL, table string) func(context.Context) (string, error) {
 			return recs, nil
 		},
 		remove: func(ctx context.Context, r agedRecord) (bool, error) {
-			c, err := aztables.NewClientWithSharedKey(tableURL+"/"+table, cred, nil)
-			if err != nil {
-				return false, err
-			}
 			pk, rk, _ := strings.Cut(r.id, "\x00")
 			etag := azcore.ETag(r.version)
-			_, err = c.DeleteEntity(ctx, pk, rk, &aztables.DeleteEntityOptions{IfMatch: &etag})
+			_, err := c.DeleteEntity(ctx, pk, rk, &aztables.DeleteEntityOptions{IfMatch: &etag})
 			return azureChanged(err)
 		},
 	})
