@@ -826,6 +826,8 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	case FaultRestart:
 		for time.Now().Before(fits()) {
 			wait(ttl / 2)
+			p.drain()
+			began := time.Now()
 			down := ttl * 3 / 2
 			started := func(what string) { p.fault(what, false) }
 			var desc string
@@ -841,6 +843,13 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 				return
 			}
 			p.fault(desc, true)
+			if p.store.grantWithin > 0 {
+				// The next episode waits for this one's grant (or its
+				// bound): each is measured from a store that had
+				// recovered, not from a leader killed again before the
+				// clients reached it (checkGrants).
+				p.holder(ctx, began.Add(p.store.grantWithin))
+			}
 			wait(ttl)
 		}
 	case FaultRestartEmpty:

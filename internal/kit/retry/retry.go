@@ -19,11 +19,15 @@ const Interval = time.Second
 // has a leader again, must not wait behind it.
 const Attempt = 2 * time.Second
 
-// Until runs op with a context that ends after Attempt, and again every
-// Interval while its error is one the store may get over (passing says
-// which; an attempt that ran out of time is one) until op succeeds, fails
-// otherwise (the entry is gone already, with its session maybe), or ctx
-// ends (the driver closed).
+// Until runs op with a context that ends after Attempt, and again while
+// its error is one the store may get over (passing says which; an attempt
+// that ran out of time is one) until op succeeds, fails otherwise (the
+// entry is gone already, with its session maybe), or ctx ends (the
+// driver closed). An attempt that failed at once is followed by the next
+// after Interval; one that ran out of time has waited already, and the
+// next goes at once: a request etcd lost in an election holds its
+// attempt to the end, and waiting a further Interval after it would keep
+// the released key held a second longer than the election.
 func Until(ctx context.Context, op func(ctx context.Context) error, passing func(error) bool) {
 	for {
 		attempt, cancel := context.WithTimeout(ctx, Attempt)
@@ -32,6 +36,9 @@ func Until(ctx context.Context, op func(ctx context.Context) error, passing func
 		cancel()
 		if err == nil || !(late || passing(err)) {
 			return
+		}
+		if late {
+			continue
 		}
 		select {
 		case <-ctx.Done():
