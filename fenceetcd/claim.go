@@ -150,9 +150,10 @@ func (c *claim) Extend(ctx context.Context, ttl time.Duration) error {
 //
 // If etcd cannot answer (an election, no reachable member) within
 // retry.Attempt, or ctx ends first, Release returns the error and the
-// driver goes on releasing in
-// the background, every second, each attempt bounded (a delete that
-// etcd holds in an election would otherwise keep the entry for seconds),
+// driver goes on releasing in the background, each attempt bounded (a
+// delete that etcd holds in an election would otherwise keep the entry
+// for seconds) and the next one a second later, or at once after one
+// that ran out of time,
 // until it lands, finds the entry gone, or the Store closes
 // (retry.Until): the session's keepalive outlives the
 // outage, and with it the entry, which would keep the key held, by a
