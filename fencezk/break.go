@@ -26,9 +26,12 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fencezk: break %q: %w", key, err)
 		}
-		var kids []string
+		var (
+			kids []string
+			pst  *zk.Stat
+		)
 		err = d.await(ctx, func() (err error) {
-			kids, _, err = d.conn.Children(parent)
+			kids, pst, err = d.conn.Children(parent)
 			return err
 		}, nil)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -59,7 +62,14 @@ func (d *Store) Break(ctx context.Context, key string, token int64) (fence.Holde
 		if !d.sameSession(ep) {
 			continue // the server may have lost its data: read the epoch again
 		}
-		h := fence.Holder{Key: key, Token: st.Czxid + ep.base}
+		held, err := d.token(ctx, ep, st.Czxid, pst.Pzxid, pst.Mzxid)
+		if errors.Is(err, errEpochChanged) {
+			continue // read the new epoch
+		}
+		if err != nil {
+			return fence.Holder{}, fmt.Errorf("fencezk: break %q: %w", key, err)
+		}
+		h := fence.Holder{Key: key, Token: held}
 		var e entry
 		if json.Unmarshal(data, &e) == nil {
 			h.Owner, h.Meta = e.Owner, e.Meta

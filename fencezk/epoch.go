@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -13,19 +14,32 @@ import (
 // Tokens are a czxid plus the base of the token epoch, a persistent znode
 // beside the queues:
 //
-//	<root>/%epoch   data: a time in microseconds since 1970 (the seed)
+//	<root>/%epoch   data: "<seed> elections", seed a time in microseconds
 //
-// base = seed − the epoch znode's czxid, so the first token after the
-// seeding is about the seed, and tokens then grow with the zxids. A
-// standalone server's zxids grow by one per write; an ensemble's also
-// jump by 2³² (their high half, the election epoch) at each leader
-// election, which docs/zookeeper.md weighs.
+// A zxid's high half is the ensemble's election epoch: it grows by one at
+// each leader election, so zxids jump by 2³² there, about 72 minutes of
+// microseconds. A base per election keeps tokens near the clock across
+// those jumps. The epoch znode's own election has base = seed − the epoch
+// znode's czxid, so the first token after the seeding is about the seed;
+// every later election E has a record, put by the first driver that
+// needs a token of a znode created in E:
+//
+//	<root>/%epoch/<seed>/<E>   data: its base, in decimal
+//
+// That driver sets the base to its clock's time in microseconds less a
+// zxid of E the server has returned (the new znode's czxid, or a later
+// one of E it read with it). Within an election, zxids grow by one per
+// write, slower than one per microsecond, so every token of E is within
+// that read's round trip of the clock at the znode's creation: above the
+// tokens of the elections before (no writes commit during an election)
+// and never ahead of the clock by 2³² per election. An epoch deleted and
+// seeded again from the clock (below) is then above every earlier token.
 //
 // The epoch is put, if absent, by the first driver that needs a token,
 // together with its mark, a child named by its seed, in one
 // multi-operation:
 //
-//	<root>/%epoch/<seed>   no data: the epoch's mark
+//	<root>/%epoch/<seed>   no data: the epoch's mark, parent of the records
 //
 // A session reads the epoch once, and every enqueue checks, in its own
 // multi-operation, that the mark it read is still there unchanged, and
@@ -39,9 +53,14 @@ import (
 // directory gone) lost every session with it, and the epoch: the next
 // driver seeds it again from its clock, later, so new tokens are above
 // old ones. The one assumption (docs/design.md section 3, rule 9): the
-// clock of the machine that seeds is not behind the earlier seeders' by
-// more than the time between the old epoch's last token and the new
-// seeding.
+// clock of a machine that seeds an epoch or records an election's base
+// is not behind the earlier ones' by more than the time between the last
+// token before and its seeding or record.
+//
+// An epoch seeded by a fencezk without records holds the bare seed: one
+// base for every election, as it had. Its tokens may lead the clock by
+// 2³² per election already, and a base from the clock would send them
+// back, so it keeps that one base until it is deleted.
 
 // epochName is the epoch znode's name under the root. An escaped key never
 // holds "%" followed by a lower-case letter, so no key's queue has it.
@@ -50,12 +69,25 @@ const epochName = "%epoch"
 // seedClock is the clock an epoch is seeded from; tests set it back.
 var seedClock = time.Now
 
+// electionsTag follows the seed in the data of an epoch that has a base
+// per election. A fencezk without them fails to read it as a time, so
+// it cannot issue tokens on one base beside drivers on many.
+const electionsTag = " elections"
+
 // epoch is the token epoch as one session read it.
 type epoch struct {
-	sid  int64  // the session that read it; 0: not read
-	base int64  // seed − the epoch znode's czxid
-	mark string // the path of its mark, which enqueues check
+	sid   int64  // the session that read it; 0: not read
+	base  int64  // seed − the epoch znode's czxid: the base of its election
+	czxid int64  // the epoch znode's
+	mark  string // the path of its mark, which enqueues check
+	// elections: a base per election (see above); false for an epoch
+	// seeded without, which keeps base for every election.
+	elections bool
 }
+
+// errEpochChanged: the epoch a token was to be read from was deleted
+// (its mark is gone): read it again.
+var errEpochChanged = errors.New("the token epoch changed")
 
 func (d *Store) epochPath() string { return d.root + "/" + epochName }
 
@@ -81,8 +113,88 @@ func (d *Store) forgetEpoch(e epoch) {
 	d.epochMu.Lock()
 	if d.epoch == e {
 		d.epoch = epoch{}
+		d.bases = nil
 	}
 	d.epochMu.Unlock()
+}
+
+// token returns the token of a znode created at zxid, which a session
+// that read epoch e read from the server. seen are other zxids read
+// with it (a parent's pzxid or mzxid): the latest of them in zxid's
+// election, if the election has no base yet, brings its base closer to
+// the clock. It fails with errEpochChanged if e's mark is gone.
+func (d *Store) token(ctx context.Context, e epoch, zxid int64, seen ...int64) (int64, error) {
+	el := zxid >> 32
+	if !e.elections || el == e.czxid>>32 {
+		return zxid + e.base, nil
+	}
+	d.epochMu.Lock()
+	base, ok := d.bases[el]
+	if d.epoch.mark != e.mark {
+		ok = false // the cache is another epoch's
+	}
+	d.epochMu.Unlock()
+	if ok {
+		return zxid + base, nil
+	}
+	latest := zxid
+	for _, z := range seen {
+		if z>>32 == el && z > latest {
+			latest = z
+		}
+	}
+	base, err := d.electionBase(ctx, e, el, latest)
+	if err != nil {
+		return 0, err
+	}
+	d.epochMu.Lock()
+	if d.epoch.mark == e.mark {
+		if d.bases == nil {
+			d.bases = make(map[int64]int64)
+		}
+		d.bases[el] = base
+	}
+	d.epochMu.Unlock()
+	return zxid + base, nil
+}
+
+// electionBase reads the base of election el in epoch e, recording it if
+// no driver has: the clock less latest, a zxid of el the server returned.
+func (d *Store) electionBase(ctx context.Context, e epoch, el, latest int64) (int64, error) {
+	path := e.mark + "/" + strconv.FormatInt(el, 10)
+	for range 3 {
+		var data []byte
+		err := d.await(ctx, func() (err error) {
+			data, _, err = d.conn.Get(path)
+			return err
+		}, nil)
+		if err == nil {
+			base, err := strconv.ParseInt(string(data), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("the token base %s holds %q, not a number: tokens cannot be issued (delete the token epoch %s with all under it, and fence seeds it again)", path, data, d.epochPath())
+			}
+			return base, nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			return 0, fmt.Errorf("read the token base of election %d: %w", el, err)
+		}
+		base := seedClock().UnixMicro() - latest
+		err = d.await(ctx, func() error {
+			_, err := d.conn.Create(path, []byte(strconv.FormatInt(base, 10)), 0, d.acl)
+			return err
+		}, nil)
+		switch {
+		case err == nil:
+			return base, nil
+		case errors.Is(err, zk.ErrNoNode):
+			d.forgetEpoch(e)
+			return 0, errEpochChanged // the mark is gone: the epoch with it
+		case !errors.Is(err, zk.ErrNodeExists):
+			return 0, fmt.Errorf("record the token base of election %d: %w", el, err)
+		}
+		// Recorded by another driver meanwhile: read it.
+	}
+	return 0, fmt.Errorf("the token base %s keeps vanishing", path)
 }
 
 // loadEpoch reads the epoch znode, seeding it if it is absent.
@@ -99,11 +211,12 @@ func (d *Store) loadEpoch(ctx context.Context) (epoch, error) {
 			return err
 		}, nil)
 		if err == nil {
-			base, err := epochBase(path, data, st)
+			seed, elections := strings.CutSuffix(string(data), electionsTag)
+			base, err := epochBase(path, seed, data, st)
 			if err != nil {
 				return epoch{}, err
 			}
-			mark := path + "/" + string(data)
+			mark := path + "/" + seed
 			switch ok, err := d.markEpoch(ctx, mark, st.Czxid); {
 			case err != nil:
 				return epoch{}, err
@@ -113,8 +226,11 @@ func (d *Store) loadEpoch(ctx context.Context) (epoch, error) {
 			if sid == 0 || d.conn.SessionID() != sid {
 				continue // read across a new session: read again in it
 			}
-			e := epoch{sid: sid, base: base, mark: mark}
+			e := epoch{sid: sid, base: base, czxid: st.Czxid, mark: mark, elections: elections}
 			d.epochMu.Lock()
+			if d.epoch.mark != mark {
+				d.bases = nil
+			}
 			d.epoch = e
 			d.epochMu.Unlock()
 			return e, nil
@@ -125,7 +241,7 @@ func (d *Store) loadEpoch(ctx context.Context) (epoch, error) {
 		seed := strconv.FormatInt(seedClock().UnixMicro(), 10)
 		err = d.await(ctx, func() error {
 			_, err := d.conn.Multi(
-				&zk.CreateRequest{Path: path, Data: []byte(seed), Acl: d.acl},
+				&zk.CreateRequest{Path: path, Data: []byte(seed + electionsTag), Acl: d.acl},
 				&zk.CreateRequest{Path: path + "/" + seed, Acl: d.acl},
 			)
 			return err
@@ -182,9 +298,11 @@ func (d *Store) markEpoch(ctx context.Context, mark string, czxid int64) (bool, 
 	return false, nil
 }
 
-// epochBase is the token base of the epoch znode at path.
-func epochBase(path string, data []byte, st *zk.Stat) (int64, error) {
-	seed, err := strconv.ParseInt(string(data), 10, 64)
+// epochBase is the token base of the epoch znode at path, of seed (its
+// data, less the tag of an epoch with a base per election) and stat st,
+// in its own election.
+func epochBase(path, seedText string, data []byte, st *zk.Stat) (int64, error) {
+	seed, err := strconv.ParseInt(seedText, 10, 64)
 	if err != nil || seed <= 0 {
 		return 0, fmt.Errorf("the token epoch %s holds %q, not a time in microseconds: tokens cannot be issued (delete it with all under it, and fence seeds it again)", path, data)
 	}

@@ -101,7 +101,8 @@ type Store struct {
 	acl            []zk.ACL
 
 	epochMu sync.Mutex
-	epoch   epoch // the token epoch, as the current session read it
+	epoch   epoch           // the token epoch, as the current session read it
+	bases   map[int64]int64 // its bases by election, as read (see token)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -388,7 +389,18 @@ func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, to
 		}, func() { d.abandonPrefix(parent, prefix) })
 		if err == nil && d.sameSession(e) {
 			st := resp[2].Stat
-			return resp[1].String, st.Mzxid + e.base, st.NumChildren, e.sid, nil
+			token, err := d.token(ctx, e, st.Mzxid)
+			if err == nil {
+				return resp[1].String, token, st.NumChildren, e.sid, nil
+			}
+			d.abandon(resp[1].String)
+			if !errors.Is(err, errEpochChanged) {
+				return "", 0, 0, 0, err
+			}
+			if epochs++; epochs > 3 {
+				return "", 0, 0, 0, fmt.Errorf("the token epoch %s keeps changing under the acquisition", d.epochPath())
+			}
+			continue
 		}
 		epochGone := err == nil || len(resp) > 0 && resp[0].Error != nil
 		if err == nil {
@@ -416,20 +428,24 @@ func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, to
 	}
 }
 
-// withBase runs read with the token base of the driver's session, again
+// withEpoch runs read with the token epoch of the driver's session, again
 // if the session changed before read returned (the server may have lost
-// its data, and the epoch with it).
-func (d *Store) withBase(ctx context.Context, read func(base int64) error) error {
+// its data, and the epoch with it) or read found the epoch changed.
+func (d *Store) withEpoch(ctx context.Context, read func(e epoch) error) error {
 	for range 3 {
 		e, err := d.tokenBase(ctx)
 		if err != nil {
 			return err
 		}
-		if err := read(e.base); err != nil || d.sameSession(e) {
+		err = read(e)
+		if errors.Is(err, errEpochChanged) {
+			continue
+		}
+		if err != nil || d.sameSession(e) {
 			return err
 		}
 	}
-	return errors.New("the ZooKeeper session kept changing while reading the token epoch")
+	return errors.New("the ZooKeeper session or the token epoch kept changing while reading the token epoch")
 }
 
 // makeContainer creates the container znode path, and the root's persistent
@@ -620,8 +636,8 @@ func (d *Store) Inspect(ctx context.Context, key string) (fence.Holder, error) {
 // holder returns the first entry of the queue under parent.
 func (d *Store) holder(ctx context.Context, key, parent string) (h fence.Holder, err error) {
 	var readErr error
-	err = d.withBase(ctx, func(base int64) error {
-		h, readErr = d.holderAt(ctx, key, parent, base)
+	err = d.withEpoch(ctx, func(e epoch) error {
+		h, readErr = d.holderAt(ctx, key, parent, e)
 		return readErr
 	})
 	if err != nil && err != readErr {
@@ -631,11 +647,14 @@ func (d *Store) holder(ctx context.Context, key, parent string) (h fence.Holder,
 }
 
 // holderAt returns the first entry of the queue under parent, its token
-// on base.
-func (d *Store) holderAt(ctx context.Context, key, parent string, base int64) (fence.Holder, error) {
-	var kids []string
+// in epoch e.
+func (d *Store) holderAt(ctx context.Context, key, parent string, e epoch) (fence.Holder, error) {
+	var (
+		kids []string
+		pst  *zk.Stat
+	)
 	err := d.await(ctx, func() (err error) {
-		kids, _, err = d.conn.Children(parent)
+		kids, pst, err = d.conn.Children(parent)
 		return err
 	}, nil)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -659,10 +678,14 @@ func (d *Store) holderAt(ctx context.Context, key, parent string, base int64) (f
 		if err != nil {
 			return fence.Holder{}, fmt.Errorf("fencezk: inspect %q: %w", key, err)
 		}
-		h := fence.Holder{Key: key, Token: st.Czxid + base}
-		var e entry
-		if json.Unmarshal(data, &e) == nil {
-			h.Owner, h.Meta = e.Owner, e.Meta
+		token, err := d.token(ctx, e, st.Czxid, pst.Pzxid, pst.Mzxid)
+		if err != nil {
+			return fence.Holder{}, err
+		}
+		h := fence.Holder{Key: key, Token: token}
+		var en entry
+		if json.Unmarshal(data, &en) == nil {
+			h.Owner, h.Meta = en.Owner, en.Meta
 		}
 		return h, nil
 	}
