@@ -232,12 +232,6 @@ func init() {
 			hold:    func(ttl time.Duration) time.Duration { return ttl + 400*time.Millisecond },
 			restart: restartMember(env, "zookeeper", zkProcs(e), e.Addrs(), func() (int, error) { return zkLeader(e) }),
 			wipe:    wipeZK(e.Addrs(), "/fence"),
-			// An ensemble's zxids jump by 2³² at each leader election, so
-			// after the plans that elect a new leader tokens run ahead of
-			// the clock, and a wipe, which takes the token epoch with it,
-			// seeds the new one from the clock, below them: the gap
-			// docs/zookeeper.md names. The standalone zk runs the plan.
-			wipeNA: "a known gap: tokens run ahead of the clock after leader elections, and a new token epoch seeded from the clock starts below them (docs/zookeeper.md, The token)",
 			// A server that lost its data comes back with its myid and
 			// takes the leader's state (testserver's ReplaceEmpty).
 			emptyMember: emptyMember("zookeeper", e.Addrs(), func() (int, error) { return zkLeader(e) }, e.ReplaceEmpty),

@@ -82,11 +82,9 @@ type Store struct {
 	// docs say what happens outside it.
 	emptyDown time.Duration
 	// wipe, if set, removes the store's own state behind fence's back and
-	// says what it removed; wipeNA, if set, says why the plan is not run
-	// though the tool could wipe.
-	wipe   func(ctx context.Context) (string, error)
-	wipeNA string
-	close  func()
+	// says what it removed.
+	wipe  func(ctx context.Context) (string, error)
+	close func()
 	// clock, if set, is the fake wall clocks the store's servers run on
 	// (the clock-jump plan); clockNA says why there is none.
 	clock   *storeClock
@@ -200,9 +198,6 @@ func (s *Store) notApplicable(f Fault) string {
 			return "the tool can restart only servers it started"
 		}
 	case FaultWipe:
-		if s.wipeNA != "" {
-			return s.wipeNA
-		}
 		if s.wipe == nil {
 			return "the tool cannot wipe this store's state"
 		}
