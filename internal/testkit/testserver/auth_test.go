@@ -86,7 +86,7 @@ func TestCredentialOptionsRefused(t *testing.T) {
 		{"redises net", func(tb *fatalTB) { Redises(tb, 1, OnNet(&Net{})) }, "Redises takes no OnNet"},
 		{"redis cluster net", func(tb *fatalTB) { RedisCluster(tb, 3, OnNet(&Net{})) }, "RedisCluster takes no OnNet"},
 		{"postgres net", func(tb *fatalTB) { Postgres(tb, OnNet(&Net{})) }, "Postgres takes no OnNet"},
-		{"nats clock", func(tb *fatalTB) { NATS(tb, Clock(&FakeClock{})) }, "NATS takes no Clock"},
+		{"etcd clock", func(tb *fatalTB) { Etcd(tb, Clock(&FakeClock{})) }, "EtcdCluster takes no Clock"},
 	} {
 		tb := &fatalTB{recordingTB{TB: t}}
 		done := make(chan struct{})

@@ -43,6 +43,7 @@ func Azurite(t testing.TB, opts ...Option) *AzuriteServer {
 	bin := Require(t, "azurite-blob")
 	Require(t, "node") // azurite-blob is a node script
 	o := collect(opts)
+	o.check(t, "Azurite", credentials{clock: true})
 	dir := dataDir(t, "azurite")
 	s := &AzuriteServer{}
 	startRetrying(t, "azurite-blob", func() error {
@@ -50,7 +51,7 @@ func Azurite(t testing.TB, opts ...Option) *AzuriteServer {
 		if err != nil {
 			return err
 		}
-		s.Process = newProcess(t, azuriteSpec("azurite-blob", bin, "blob", dir, port, "?comp=list", o.args))
+		s.Process = newProcess(t, azuriteSpec("azurite-blob", bin, "blob", dir, port, "?comp=list", o))
 		return s.start()
 	})
 	return s
@@ -58,8 +59,8 @@ func Azurite(t testing.TB, opts ...Option) *AzuriteServer {
 
 // azuriteSpec is the process of one Azurite service (the npm package's
 // azurite-blob or azurite-table script at bin) on port, answering HTTP
-// as Azurite at the path ping.
-func azuriteSpec(name, bin, service, dir string, port int, ping string, args []string) procSpec {
+// as Azurite at the path ping, with o's extra arguments and clock.
+func azuriteSpec(name, bin, service, dir string, port int, ping string, o options) procSpec {
 	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/" + AzuriteAccount + ping
 	return procSpec{
 		name: name,
@@ -71,7 +72,8 @@ func azuriteSpec(name, bin, service, dir string, port int, ping string, args []s
 			"--skipApiVersionCheck", // newer SDKs send API versions it does not know yet
 			"--loose",
 			"--disableTelemetry",
-		}, args...),
+		}, o.args...),
+		env:  o.clock.env(),
 		dir:  dir,
 		port: port,
 		ping: func(ctx context.Context) error {

@@ -42,6 +42,7 @@ func AzuriteTable(t testing.TB, opts ...Option) *AzuriteTableServer {
 	}
 	Require(t, "node") // azurite-table is a node script
 	o := collect(opts)
+	o.check(t, "AzuriteTable", credentials{clock: true})
 	dir := dataDir(t, "azurite-table")
 	s := &AzuriteTableServer{}
 	startRetrying(t, "azurite-table", func() error {
@@ -49,7 +50,7 @@ func AzuriteTable(t testing.TB, opts ...Option) *AzuriteTableServer {
 		if err != nil {
 			return err
 		}
-		s.Process = newProcess(t, azuriteSpec("azurite-table", bin, "table", dir, port, "/Tables", o.args))
+		s.Process = newProcess(t, azuriteSpec("azurite-table", bin, "table", dir, port, "/Tables", o))
 		return s.start()
 	})
 	return s

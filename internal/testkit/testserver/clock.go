@@ -20,9 +20,12 @@ import (
 // moves it; the monotonic clock does not.
 //
 // It works for programs that read the clock through the C library:
-// PostgreSQL, MariaDB and redis-server. The Go and Java servers (etcd, NATS,
-// ZooKeeper, kube-apiserver) read it without the C library, and their
-// starters do not take the Clock option.
+// PostgreSQL, MariaDB and redis-server, node (Azurite, dynalite) and the
+// JVM (ZooKeeper). Go programs read it through the kernel's vDSO, not
+// the C library: a nats-server on a clock is a build of its own whose
+// time package adds the same offset (goClockBinary). etcd (Debian's
+// package) and kube-apiserver are not built that way, and their starters
+// do not take the Clock option.
 type FakeClock struct {
 	dir, lib, path string
 	mem            []byte // the offset file, mapped: an int64 of nanoseconds
@@ -77,8 +80,10 @@ func NewFakeClock(tb testing.TB) *FakeClock {
 }
 
 // Clock starts the server on c: Postgres, PostgresPair, MariaDB, Redis,
-// Redises, RedisCluster, RedisClusterReplicas and RedisSentinel (its data
-// servers) take it; the other starters fail the test when given it.
+// Redises, RedisCluster, RedisClusterReplicas, RedisSentinel (its data
+// servers), Azurite, AzuriteTable, Dynalite, ZooKeeper, ZooKeeperEnsemble,
+// NATS and NATSCluster take it; the other starters fail the test when
+// given it.
 func Clock(c *FakeClock) Option {
 	return func(o *options) { o.clock = c }
 }

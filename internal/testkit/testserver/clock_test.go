@@ -2,8 +2,13 @@ package testserver
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,4 +86,168 @@ func TestFakeClock(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFakeClockNodeAndJava: Azurite's blob and table services and
+// dynalite (node programs) and ZooKeeper (a Java one) read the moved wall
+// clock too, forward and back: the Date header of the node servers'
+// answers (node's HTTP server keeps its text for up to a second, so each
+// look waits that out first), and the time ZooKeeper says a new
+// session was established.
+func TestFakeClockNodeAndJava(t *testing.T) {
+	t.Parallel()
+	c := NewFakeClock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dated := func(url string) func() (time.Time, error) {
+		return func() (time.Time, error) {
+			var date string
+			_, err := httpGet(ctx, url, func(resp *http.Response) error {
+				date = resp.Header.Get("Date")
+				return nil
+			})
+			if date == "" {
+				return time.Time{}, fmt.Errorf("no Date header: %v", err)
+			}
+			return http.ParseTime(date)
+		}
+	}
+	zk := ZooKeeper(t, Clock(c))
+	clocks := map[string]func() (time.Time, error){
+		"azurite-blob":  dated(Azurite(t, Clock(c)).BlobURL() + "?comp=list"),
+		"azurite-table": dated("http://" + AzuriteTable(t, Clock(c)).Addr() + "/" + AzuriteAccount + "/Tables"),
+		"dynalite":      dated(Dynalite(t, Clock(c)).Endpoint() + "/"),
+		"zookeeper":     func() (time.Time, error) { return zkEstablished(ctx, zk.Addr()) },
+	}
+	for _, step := range []struct {
+		jump, want time.Duration
+	}{
+		{0, 0},
+		{time.Hour, time.Hour},
+		{-3 * time.Hour, -2 * time.Hour},
+		{2 * time.Hour, 0},
+	} {
+		if step.jump != 0 {
+			if err := c.Jump(step.jump); err != nil {
+				t.Fatalf("Jump(%v): %v", step.jump, err)
+			}
+			time.Sleep(1100 * time.Millisecond)
+		}
+		for name, clock := range clocks {
+			at, err := clock()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got := time.Until(at).Round(time.Minute); got != step.want {
+				t.Errorf("after a jump of %v: %s's clock is %v from the real clock; want %v", step.jump, name, got, step.want)
+			}
+		}
+	}
+}
+
+// zkEstablished opens a ZooKeeper session at addr (a bare connect request,
+// 10 s timeout, no password) and returns the time the server says it was
+// established (the "est" of its "cons" line, by the server's wall clock).
+func zkEstablished(ctx context.Context, addr string) (time.Time, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer conn.Close()
+	req := binary.BigEndian.AppendUint32(make([]byte, 4), 0) // length, then protocol version 0
+	req = binary.BigEndian.AppendUint64(req, 0)              // last zxid seen
+	req = binary.BigEndian.AppendUint32(req, 10000)          // session timeout, ms
+	req = binary.BigEndian.AppendUint64(req, 0)              // session id: a new one
+	req = binary.BigEndian.AppendUint32(req, 16)             // password
+	req = append(req, make([]byte, 16)...)
+	binary.BigEndian.PutUint32(req, uint32(len(req)-4))
+	if _, err := conn.Write(req); err != nil {
+		return time.Time{}, err
+	}
+	if _, err := conn.Read(make([]byte, 64)); err != nil { // the session
+		return time.Time{}, err
+	}
+	out, err := zkFourLetter(ctx, addr, "cons")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, conn.LocalAddr().String()+"[") {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, "est=")
+		ms, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseInt(ms, 10, 64)
+		if !ok || err != nil {
+			break
+		}
+		return time.UnixMilli(n), nil
+	}
+	return time.Time{}, fmt.Errorf("no established time for %s in cons: %s", conn.LocalAddr(), out)
+}
+
+// TestFakeClockGo: a nats-server started on a FakeClock is a build of its
+// own whose time.Now reads the clock (goClockBinary): the time JetStream
+// stamps on a stored message moves with it, forward and back. The same
+// server started without a clock keeps the real time.
+func TestFakeClockGo(t *testing.T) {
+	t.Parallel()
+	c := NewFakeClock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	onClock, plain := NATS(t, Clock(c)), NATS(t)
+	for _, s := range []*NATSServer{onClock, plain} {
+		if _, err := natsRequest(ctx, s.Addr(), "$JS.API.STREAM.CREATE.CLOCK", `{"name":"CLOCK","subjects":["clock"],"storage":"memory"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		jump, want time.Duration
+	}{
+		{0, 0},
+		{time.Hour, time.Hour},
+		{-3 * time.Hour, -2 * time.Hour},
+		{2 * time.Hour, 0},
+	} {
+		if step.jump != 0 {
+			if err := c.Jump(step.jump); err != nil {
+				t.Fatalf("Jump(%v): %v", step.jump, err)
+			}
+		}
+		for _, s := range []struct {
+			name string
+			srv  *NATSServer
+			want time.Duration
+		}{{"nats-server on the clock", onClock, step.want}, {"nats-server on the real clock", plain, 0}} {
+			at, err := natsStoredAt(ctx, s.srv.Addr())
+			if err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			if got := time.Until(at).Round(time.Minute); got != s.want {
+				t.Errorf("after a jump of %v: %s stamps messages %v from the real clock; want %v", step.jump, s.name, got, s.want)
+			}
+		}
+	}
+}
+
+// natsStoredAt publishes to the stream CLOCK at addr and returns the time
+// the server stamped on the message it stored.
+func natsStoredAt(ctx context.Context, addr string) (time.Time, error) {
+	if _, err := natsRequest(ctx, addr, "clock", "now"); err != nil {
+		return time.Time{}, err
+	}
+	reply, err := natsRequest(ctx, addr, "$JS.API.STREAM.MSG.GET.CLOCK", `{"last_by_subj":"clock"}`)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var m struct {
+		Message struct {
+			Time time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal([]byte(reply), &m); err != nil || m.Message.Time.IsZero() {
+		return time.Time{}, fmt.Errorf("no stored message's time in %q: %v", reply, err)
+	}
+	return m.Message.Time, nil
 }

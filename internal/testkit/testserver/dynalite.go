@@ -41,6 +41,7 @@ func Dynalite(t testing.TB, opts ...Option) *DynaliteServer {
 	bin := Require(t, "dynalite")
 	node := Require(t, "node") // dynalite is a node script
 	o := collect(opts)
+	o.check(t, "Dynalite", credentials{clock: true})
 	dir := dataDir(t, "dynalite")
 	guard, err := writeDynaliteGuard(dir, bin)
 	if err != nil {
@@ -52,7 +53,7 @@ func Dynalite(t testing.TB, opts ...Option) *DynaliteServer {
 		if err != nil {
 			return err
 		}
-		s.Process = newProcess(t, dynaliteSpec(node, guard, dir, port, o.args))
+		s.Process = newProcess(t, dynaliteSpec(node, guard, dir, port, o))
 		return s.start()
 	})
 	return s
@@ -92,7 +93,7 @@ func writeDynaliteGuard(dir, bin string) (string, error) {
 	return path, os.WriteFile(path, []byte(fmt.Sprintf(dynaliteGuard, quoted)), 0o644)
 }
 
-func dynaliteSpec(node, guard, dir string, port int, args []string) procSpec {
+func dynaliteSpec(node, guard, dir string, port int, o options) procSpec {
 	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/"
 	return procSpec{
 		name: "dynalite",
@@ -104,7 +105,8 @@ func dynaliteSpec(node, guard, dir string, port int, args []string) procSpec {
 			"--path", dir + "/db",
 			"--createTableMs", "0",
 			"--deleteTableMs", "0",
-		}, args...),
+		}, o.args...),
+		env:  o.clock.env(),
 		dir:  dir,
 		port: port,
 		ping: func(ctx context.Context) error {

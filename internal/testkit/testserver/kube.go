@@ -111,6 +111,7 @@ func Kube(t testing.TB, opts ...Option) *KubeServer {
 	awaitKubeBuild(t)
 	bin := Require(t, "kube-apiserver")
 	o := collect(opts)
+	o.check(t, "Kube", credentials{})
 	// Debian's etcd 3.4 sends watch progress notifications only when asked
 	// to by this flag; without them the API server's watch cache falls
 	// behind and a client's watch fails with "Too large resource version".

@@ -49,7 +49,7 @@ func NATS(t testing.TB, opts ...Option) *NATSServer {
 	t.Helper()
 	bin := Require(t, "nats-server")
 	o := collect(opts)
-	o.check(t, "NATS", credentials{token: true, user: true, password: true})
+	o.check(t, "NATS", credentials{token: true, user: true, password: true, clock: true})
 	auth := natsAuth{Token: o.token, User: o.user, Password: o.password}
 	var authArgs []string
 	switch {
@@ -64,6 +64,7 @@ func NATS(t testing.TB, opts ...Option) *NATSServer {
 	if err != nil {
 		t.Fatalf("testserver: %v", err)
 	}
+	bin = natsOnClock(t, bin, version, o.clock)
 	dir := dataDir(t, "nats")
 	s := &NATSServer{version: version}
 	startRetrying(t, "nats-server", func() error {
@@ -76,6 +77,7 @@ func NATS(t testing.TB, opts ...Option) *NATSServer {
 			name: "nats-server",
 			path: bin,
 			args: slices.Concat([]string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", dir}, authArgs, o.args),
+			env:  o.clock.env(),
 			dir:  dir,
 			port: port,
 			ping: func(ctx context.Context) error { return natsPingAs(ctx, addr, auth) },
@@ -83,6 +85,21 @@ func NATS(t testing.TB, opts ...Option) *NATSServer {
 		return s.start()
 	})
 	return s
+}
+
+// natsOnClock returns bin, or with a clock a build of the same version
+// whose time.Now reads it (goClockBinary): nats-server times message TTLs
+// by its wall clock.
+func natsOnClock(t testing.TB, bin, version string, c *FakeClock) string {
+	t.Helper()
+	if c == nil {
+		return bin
+	}
+	fake, err := goClockBinary("github.com/nats-io/nats-server/v2", "v"+version, "nats-server")
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	return fake
 }
 
 func natsServerVersion(bin string) (string, error) {

@@ -55,7 +55,7 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 	}
 	bin := Require(t, "nats-server")
 	o := collect(opts)
-	o.check(t, "a NATS cluster", credentials{net: true})
+	o.check(t, "a NATS cluster", credentials{net: true, clock: true})
 	if o.net != nil && o.net.Len() < n {
 		t.Fatalf("testserver: NATSCluster of %d servers on a net of %d hosts", n, o.net.Len())
 	}
@@ -63,6 +63,7 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 	if err != nil {
 		t.Fatalf("testserver: %v", err)
 	}
+	bin = natsOnClock(t, bin, version, o.clock)
 	base := dataDir(t, "nats-cluster")
 	c := &NATSClusterServer{}
 	startRetrying(t, fmt.Sprintf("NATS cluster of %d", n), func() error {
@@ -109,6 +110,7 @@ func NATSCluster(t testing.TB, n int, opts ...Option) *NATSClusterServer {
 				name: "nats-server-" + name,
 				path: bin,
 				args: args,
+				env:  o.clock.env(),
 				dir:  dir,
 				port: clientPorts[i],
 				net:  o.net,

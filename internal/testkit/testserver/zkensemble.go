@@ -71,7 +71,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 	}
 	java, jvm := zkJVM(t)
 	o := collect(opts)
-	o.check(t, "ZooKeeperEnsemble", credentials{net: true})
+	o.check(t, "ZooKeeperEnsemble", credentials{net: true, clock: true})
 	if o.net != nil && o.net.Len() < n {
 		t.Fatalf("testserver: ZooKeeperEnsemble of %d servers on a net of %d hosts", n, o.net.Len())
 	}
@@ -128,6 +128,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperEnsembleSe
 				name: "zookeeper-" + strconv.Itoa(i+1),
 				path: java,
 				args: append(slices.Clone(jvm), "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg),
+				env:  o.clock.env(),
 				dir:  dir,
 				port: ports[i][0],
 				net:  o.net,

@@ -35,6 +35,7 @@ func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 	t.Helper()
 	java, jvm := zkJVM(t)
 	o := collect(opts)
+	o.check(t, "ZooKeeper", credentials{clock: true})
 	base := dataDir(t, "zk")
 	cfg := filepath.Join(base, "zoo.cfg")
 	s := &ZooKeeperServer{}
@@ -61,6 +62,7 @@ func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 			name: "zookeeper",
 			path: java,
 			args: append(slices.Clone(jvm), "org.apache.zookeeper.server.ZooKeeperServerMain", cfg),
+			env:  o.clock.env(),
 			dir:  base,
 			port: port,
 			ping: func(ctx context.Context) error {
