@@ -65,7 +65,8 @@ const (
 	// a store that times leases by its own clock ends the holder's lease
 	// early, while the holder still believes in it; back, tokens seeded
 	// from the clock must not go back. Only for servers the tool started
-	// on a fake clock (PostgreSQL, a single redis-server).
+	// on a fake clock (testserver.Clock: not the Go ones, etcd, NATS and
+	// kube-apiserver).
 	FaultClockJump Fault = "clock-jump"
 	// FaultPartition cuts one member of a cluster from its peers (its
 	// leader, then a follower, in turn) while a worker holds a lease, for

@@ -197,11 +197,14 @@ func init() {
 	})
 	server("zk", "zk", "a private ZooKeeper", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.ZooKeeperServer
-		if err := env.Do(func(tb testing.TB) { srv = testserver.ZooKeeper(tb) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { srv = testserver.ZooKeeper(tb, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		s := &Store{
-			addrs: []string{srv.Addr()},
+			clock:   oneClock(clock),
+			clockNA: clockNA,
+			addrs:   []string{srv.Addr()},
 			url: func(a []string, ttl time.Duration) string {
 				// The session must end with the lease: a paused holder's
 				// session then expires like a TTL lease.
@@ -221,11 +224,16 @@ func init() {
 			return nil, err
 		}
 		var e *testserver.ZooKeeperEnsembleServer
-		if err := env.Do(func(tb testing.TB) { e = testserver.ZooKeeperEnsemble(tb, 3, netOpts(nt)...) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) {
+			e = testserver.ZooKeeperEnsemble(tb, 3, append(netOpts(nt), clockOpts(clock)...)...)
+		}); err != nil {
 			return nil, err
 		}
 		s := &Store{
-			addrs: e.Addrs(),
+			clock:   oneClock(clock),
+			clockNA: clockNA,
+			addrs:   e.Addrs(),
 			url: func(a []string, ttl time.Duration) string {
 				return "zk://" + strings.Join(a, ",") + "/fence?session_timeout=" + ttl.String()
 			},
@@ -245,11 +253,14 @@ func init() {
 	})
 	server("azblob", "azblob+http", "a private Azurite (Azure Blob leases: TTL 15 s to 60 s, so plans run with TTL 15 s)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.AzuriteServer
-		if err := env.Do(func(tb testing.TB) { srv = testserver.Azurite(tb) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { srv = testserver.Azurite(tb, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		s := &Store{
-			addrs: []string{srv.Addr()},
+			clock:   oneClock(clock),
+			clockNA: clockNA,
+			addrs:   []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {
 				return "azblob+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
 			},
@@ -264,11 +275,14 @@ func init() {
 	const secondSeed = 1100 * time.Millisecond
 	server("aztable", "aztable+http", "a private Azurite Table service (ETag compare-and-swap lease entities)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.AzuriteTableServer
-		if err := env.Do(func(tb testing.TB) { srv = testserver.AzuriteTable(tb) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { srv = testserver.AzuriteTable(tb, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		s := &Store{
-			addrs: []string{srv.Addr()},
+			clock:   oneClock(clock),
+			clockNA: clockNA,
+			addrs:   []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {
 				return "aztable+http://" + a[0] + "/" + testserver.AzuriteAccount + "/torture"
 			},
@@ -284,11 +298,14 @@ func init() {
 	})
 	server("dynamodb", "dynamodb", "a private dynalite (record-version compare-and-swap lease items)", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.DynaliteServer
-		if err := env.Do(func(tb testing.TB) { srv = testserver.Dynalite(tb) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { srv = testserver.Dynalite(tb, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		s := &Store{
-			addrs: []string{srv.Addr()},
+			clock:   oneClock(clock),
+			clockNA: clockNA,
+			addrs:   []string{srv.Addr()},
 			url: func(a []string, _ time.Duration) string {
 				return "dynamodb://" + testserver.DynaliteAccessKey + ":" + testserver.DynaliteSecretKey +
 					"@torture?create=1&region=" + testserver.DynaliteRegion + "&endpoint=http://" + a[0]
@@ -305,10 +322,13 @@ func init() {
 	})
 	server("nats", "nats", "a private nats-server with JetStream", func(env *testserver.Env) (*Store, error) {
 		var srv *testserver.NATSServer
-		if err := env.Do(func(tb testing.TB) { srv = testserver.NATS(tb) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) { srv = testserver.NATS(tb, clockOpts(clock)...) }); err != nil {
 			return nil, err
 		}
 		s := &Store{
+			clock:   oneClock(clock),
+			clockNA: clockNA,
 			addrs:   []string{srv.Addr()},
 			url:     func(a []string, _ time.Duration) string { return "nats://" + a[0] },
 			restart: restartProcess(env, "nats-server", srv.Process),
@@ -327,7 +347,10 @@ func init() {
 			return nil, err
 		}
 		var c *testserver.NATSClusterServer
-		if err := env.Do(func(tb testing.TB) { c = testserver.NATSCluster(tb, 3, netOpts(nt)...) }); err != nil {
+		clock, clockNA := fakeClock(env)
+		if err := env.Do(func(tb testing.TB) {
+			c = testserver.NATSCluster(tb, 3, append(netOpts(nt), clockOpts(clock)...)...)
+		}); err != nil {
 			return nil, err
 		}
 		// The workers open the bucket the URL names; it is made here first
@@ -345,6 +368,8 @@ func init() {
 			addrs = append(addrs, srv.Addr())
 		}
 		s := &Store{
+			clock:   oneClock(clock),
+			clockNA: clockNA,
 			addrs:   addrs,
 			url:     func(a []string, _ time.Duration) string { return "nats://" + strings.Join(a, ",") },
 			restart: restartMember(env, "nats-server", natsProcs(c), addrs, func() (int, error) { return natsStreamLeader(c) }),

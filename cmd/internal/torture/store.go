@@ -216,7 +216,7 @@ func (s *Store) notApplicable(f Fault) string {
 			if s.clockNA != "" {
 				return s.clockNA
 			}
-			return "the tool moves the clock only of PostgreSQL, MariaDB and redis-servers it starts (the Go and Java servers read the clock without the C library)"
+			return "the tool moves the clock only of servers that read it through the C library (Go programs read it through the kernel's vDSO)"
 		}
 	case FaultPartition:
 		if s.partition == nil {
