@@ -248,3 +248,45 @@ func TestEpochWithoutMark(t *testing.T) {
 		t.Errorf("the epoch's mark: exists %v, %v; want it put", ok, err)
 	}
 }
+
+// TestEpochSeededAgainBeforeMark: a driver reads an epoch without a mark
+// (seeded by an earlier fencezk), and before it marks it the epoch is
+// deleted and seeded again. The mark it then puts, named by the old seed,
+// lands on the new epoch: the driver must take it back and read the new
+// epoch, or the new epoch would carry a second mark that a session of
+// the old one checks and finds.
+func TestEpochSeededAgainBeforeMark(t *testing.T) {
+	ctx := ctxT(t)
+	s := testserver.ZooKeeper(t)
+	conn := rawConn(t, s.Addr())
+	const oldSeed, newSeed = "1800000000000000", "1900000000000000"
+	root := "/" + t.Name()
+	if _, err := conn.Create(root, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	d := dial(t, s.Addr(), sessionTimeout, fencezk.WithRoot(root))
+	epoch := d.EpochPath()
+	if _, err := conn.Create(epoch, []byte(oldSeed), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	fencezk.OnEpochRead(t, func() {
+		deleteAll(t, conn, epoch)
+		if _, err := conn.Multi(
+			&zk.CreateRequest{Path: epoch, Data: []byte(newSeed + " elections"), Acl: zk.WorldACL(zk.PermAll)},
+			&zk.CreateRequest{Path: epoch + "/" + newSeed, Acl: zk.WorldACL(zk.PermAll)},
+		); err != nil {
+			t.Errorf("seed the epoch again: %v", err)
+		}
+	})
+	l, err := newFence(t, d).TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	defer l.Release(ctx)
+	if l.Token() < 1900000000000000 || l.Token() > 1900000000001000 {
+		t.Errorf("token %d; want the new epoch's seed plus a few zxids", l.Token())
+	}
+	if kids, _, err := conn.Children(epoch); err != nil || len(kids) != 1 || kids[0] != newSeed {
+		t.Errorf("children of the new epoch: %q, %v; want its own mark %s alone", kids, err, newSeed)
+	}
+}

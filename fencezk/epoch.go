@@ -69,6 +69,10 @@ const epochName = "%epoch"
 // seedClock is the clock an epoch is seeded from; tests set it back.
 var seedClock = time.Now
 
+// epochRead, if set, runs after loadEpoch read an epoch and before it
+// marks it: tests change the epoch there.
+var epochRead func()
+
 // electionsTag follows the seed in the data of an epoch that has a base
 // per election. A fencezk without them fails to read it as a time, so
 // it cannot issue tokens on one base beside drivers on many.
@@ -217,6 +221,9 @@ func (d *Store) loadEpoch(ctx context.Context) (epoch, error) {
 				return epoch{}, err
 			}
 			mark := path + "/" + seed
+			if epochRead != nil {
+				epochRead()
+			}
 			switch ok, err := d.markEpoch(ctx, mark, st.Czxid); {
 			case err != nil:
 				return epoch{}, err

@@ -1,6 +1,7 @@
 package fencezk
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -15,3 +16,11 @@ func SetSeedClock(t testing.TB, now func() time.Time) {
 
 // EpochPath is the znode of the token epoch.
 func (d *Store) EpochPath() string { return d.epochPath() }
+
+// OnEpochRead runs f once, the next time a driver has read the token
+// epoch and is about to mark it, until the test ends.
+func OnEpochRead(t testing.TB, f func()) {
+	var once sync.Once
+	epochRead = func() { once.Do(f) }
+	t.Cleanup(func() { epochRead = nil })
+}
