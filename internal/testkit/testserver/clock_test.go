@@ -67,25 +67,13 @@ func TestFakeClock(t *testing.T) {
 			return since("TIME", strconv.FormatInt(sec*1000000+usec, 10), nil)
 		},
 	}
-	for _, step := range []struct {
-		jump, want time.Duration
-	}{
-		{0, 0},
-		{time.Hour, time.Hour},
-		{-3 * time.Hour, -2 * time.Hour},
-		{2 * time.Hour, 0},
-	} {
-		if step.jump != 0 {
-			if err := c.Jump(step.jump); err != nil {
-				t.Fatalf("Jump(%v): %v", step.jump, err)
-			}
-		}
+	eachJump(t, c, 0, func(step jumpStep) {
 		for name, skew := range skews {
 			if got := skew(); got != step.want || c.Offset() != step.want {
 				t.Errorf("after a jump of %v: %s is %v from the real clock, Offset %v; want %v", step.jump, name, got, c.Offset(), step.want)
 			}
 		}
-	}
+	})
 }
 
 // TestFakeClockNodeAndJava: Azurite's blob and table services and
@@ -119,20 +107,7 @@ func TestFakeClockNodeAndJava(t *testing.T) {
 		"dynalite":      dated(Dynalite(t, Clock(c)).Endpoint() + "/"),
 		"zookeeper":     func() (time.Time, error) { return zkEstablished(ctx, zk.Addr()) },
 	}
-	for _, step := range []struct {
-		jump, want time.Duration
-	}{
-		{0, 0},
-		{time.Hour, time.Hour},
-		{-3 * time.Hour, -2 * time.Hour},
-		{2 * time.Hour, 0},
-	} {
-		if step.jump != 0 {
-			if err := c.Jump(step.jump); err != nil {
-				t.Fatalf("Jump(%v): %v", step.jump, err)
-			}
-			time.Sleep(1100 * time.Millisecond)
-		}
+	eachJump(t, c, 1100*time.Millisecond, func(step jumpStep) {
 		for name, clock := range clocks {
 			at, err := clock()
 			if err != nil {
@@ -142,7 +117,7 @@ func TestFakeClockNodeAndJava(t *testing.T) {
 				t.Errorf("after a jump of %v: %s's clock is %v from the real clock; want %v", step.jump, name, got, step.want)
 			}
 		}
-	}
+	})
 }
 
 // zkEstablished opens a ZooKeeper session at addr (a bare connect request,
@@ -202,19 +177,7 @@ func TestFakeClockGo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, step := range []struct {
-		jump, want time.Duration
-	}{
-		{0, 0},
-		{time.Hour, time.Hour},
-		{-3 * time.Hour, -2 * time.Hour},
-		{2 * time.Hour, 0},
-	} {
-		if step.jump != 0 {
-			if err := c.Jump(step.jump); err != nil {
-				t.Fatalf("Jump(%v): %v", step.jump, err)
-			}
-		}
+	eachJump(t, c, 0, func(step jumpStep) {
 		for _, s := range []struct {
 			name string
 			srv  *NATSServer
@@ -228,7 +191,7 @@ func TestFakeClockGo(t *testing.T) {
 				t.Errorf("after a jump of %v: %s stamps messages %v from the real clock; want %v", step.jump, s.name, got, s.want)
 			}
 		}
-	}
+	})
 }
 
 // natsStoredAt publishes to the stream CLOCK at addr and returns the time
@@ -250,4 +213,29 @@ func natsStoredAt(ctx context.Context, addr string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("no stored message's time in %q: %v", reply, err)
 	}
 	return m.Message.Time, nil
+}
+
+// jumpStep is one step of eachJump: the jump made (none at first) and
+// how far the clock then is from the real time.
+type jumpStep struct{ jump, want time.Duration }
+
+// eachJump moves c forward, back past the real time and forward to it
+// again, and after each step (and once before any) waits settle and
+// calls check.
+func eachJump(t *testing.T, c *FakeClock, settle time.Duration, check func(step jumpStep)) {
+	t.Helper()
+	for _, step := range []jumpStep{
+		{0, 0},
+		{time.Hour, time.Hour},
+		{-3 * time.Hour, -2 * time.Hour},
+		{2 * time.Hour, 0},
+	} {
+		if step.jump != 0 {
+			if err := c.Jump(step.jump); err != nil {
+				t.Fatalf("Jump(%v): %v", step.jump, err)
+			}
+			time.Sleep(settle)
+		}
+		check(step)
+	}
 }
