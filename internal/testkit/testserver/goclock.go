@@ -78,14 +78,28 @@ type goClockBuild struct {
 
 // goClockBinary returns a build of the Go command pkg@version (go install's
 // form, its binary named bin) whose time.Now reads a FakeClock, building
-// it once into the user's cache, named by the version, the Go toolchain
-// and the overlay's sources. It needs the go command and the module
+// it once into goClockCache, named by the version, the Go toolchain and
+// the overlay's sources. It needs the go command and the module
 // proxy.
 func goClockBinary(pkg, version, bin string) (string, error) {
 	v, _ := goClockBuilds.LoadOrStore(pkg+"@"+version, &goClockBuild{})
 	b := v.(*goClockBuild)
 	b.once.Do(func() { b.path, b.err = buildGoClock(pkg, version, bin) })
 	return b.path, b.err
+}
+
+// goClockCache is where fake-clock builds are kept: RepoRoot()/.tools,
+// with scripts/test's other builds (kept between CI runs), or else the
+// user's cache.
+func goClockCache() string {
+	if root := RepoRoot(); root != "" {
+		return filepath.Join(root, ".tools", "fakeclock")
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	return filepath.Join(cache, "fence-testserver")
 }
 
 func buildGoClock(pkg, version, bin string) (string, error) {
@@ -112,11 +126,7 @@ func buildGoClock(pkg, version, bin string) (string, error) {
 	}
 	patched := strings.Replace(string(orig), goClockNowLine, "\tsec, nsec, mono := fakeClockNow()\n", 1)
 	sum := sha256.Sum256([]byte(pkg + "@" + version + "\x00" + goversion + "\x00" + patched + "\x00" + goClockTime))
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "fence-testserver", bin+"-fakeclock-"+hex.EncodeToString(sum[:8]))
+	dir := filepath.Join(goClockCache(), bin+"-fakeclock-"+hex.EncodeToString(sum[:8]))
 	path := filepath.Join(dir, bin)
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
