@@ -453,3 +453,169 @@ func TestBatchCancelledWhenItsLeasesEnd(t *testing.T) {
 		}
 	})
 }
+
+// lostAt returns a function that reports how long after start each of ls
+// was lost (or released); 0 for one still held.
+func lostAt(ls []*fence.Lease, start time.Time) func(i int) time.Duration {
+	var mu sync.Mutex
+	at := make([]time.Duration, len(ls))
+	for i, l := range ls {
+		go func() {
+			<-l.Done()
+			mu.Lock()
+			at[i] = time.Since(start)
+			mu.Unlock()
+		}()
+	}
+	return func(i int) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return at[i]
+	}
+}
+
+// Leases with different TTLs renewed by one batch keep each its own
+// validity: each ends at the batch's send (not its answer) plus its own
+// TTL less its own margin, not its batch-mates', when the renewals after
+// it hang.
+func TestBatchValidityIsEachLeasesOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const short, long = 3 * time.Second, 6 * time.Second
+		interval := time.Second
+		b := newBatching()
+		c := fence.New(b, fence.WithTTL(short))
+		start := time.Now()
+		ls := []*fence.Lease{acquireN(t, c, 1, "short")[0]}
+		l, err := c.TryAcquire(t.Context(), "long", fence.WithTTL(long), fence.WithRenewInterval(interval))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		lost := lostAt(ls, start)
+		// The first renewal of both, one batch at one interval, succeeds
+		// after a while; every later call hangs until its deadline.
+		b.setHook(func(ctx context.Context, claims []fence.Claim) {
+			if b.numCalls() == 1 {
+				time.Sleep(200 * time.Millisecond)
+				return
+			}
+			<-ctx.Done()
+		})
+		time.Sleep(3 * long)
+		synctest.Wait()
+		b.mu.Lock()
+		first := len(b.calls[0])
+		b.mu.Unlock()
+		if first != 2 {
+			t.Fatalf("first ExtendBatch call had %d claims; want both leases in it", first)
+		}
+		sent := interval
+		for i, ttl := range []time.Duration{short, long} {
+			want := sent + ttl - (ttl/50 + 5*time.Millisecond)
+			if got := lost(i); got != want {
+				t.Errorf("lease %q (TTL %v) renewed by a batch sent at %v lost at %v; want at its own validity end %v",
+					ls[i].Key(), ttl, sent, got, want)
+			}
+			if got := lossReason(t, ls[i]); got != fence.LossExpired {
+				t.Errorf("lease %q lost with %q; want %q", ls[i].Key(), got, fence.LossExpired)
+			}
+		}
+		releaseAll(t, ls)
+	})
+}
+
+// Leases one batch renewed can be in different batches at their next
+// renewal. When one of those hangs, the leases in it are lost when their
+// validity ends, and the leases renewed with them before but in another
+// batch now stay held.
+func TestBatchHungLeavesItsFormerBatchMates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		interval := ttl / 3
+		margin := ttl/50 + 5*time.Millisecond
+		b := newBatching()
+		c := fence.New(b, fence.WithTTL(ttl))
+		start := time.Now()
+		n := fence.MaxBatch + 44
+		ls := acquireN(t, c, n, "k")
+		defer releaseAll(t, ls)
+		lost := lostAt(ls, start)
+		// First round: two calls, MaxBatch claims and 44. The second
+		// takes a moment, so that its leases are due a moment after the
+		// first's from then on.
+		var round2 [][]fence.Claim
+		b.setHook(func(ctx context.Context, claims []fence.Claim) {
+			if time.Since(start) < interval+interval/2 {
+				if len(claims) < fence.MaxBatch {
+					time.Sleep(10 * time.Millisecond)
+				}
+				return
+			}
+			b.mu.Lock()
+			if len(round2) < 2 {
+				round2 = append(round2, slices.Clone(claims))
+			}
+			b.mu.Unlock()
+			if len(claims) < fence.MaxBatch {
+				// The smaller call of each later round hangs.
+				<-ctx.Done()
+			}
+		})
+		time.Sleep(interval)
+		synctest.Wait()
+		b.mu.Lock()
+		firstRound := slices.Clone(b.calls)
+		b.mu.Unlock()
+		slices.SortFunc(firstRound, func(a, b []fence.Claim) int { return len(b) - len(a) })
+		if len(firstRound) != 2 || len(firstRound[0]) != fence.MaxBatch {
+			t.Fatalf("first round: %d calls; want 2, one of %d claims", len(firstRound), fence.MaxBatch)
+		}
+		// One lease of the full call's is released: at the second round
+		// that call's leases leave room for one of the other's.
+		i0 := slices.IndexFunc(ls, func(l *fence.Lease) bool { return b.names[firstRound[0][0]] == l.Key() })
+		releaseAll(t, ls[i0:i0+1])
+		time.Sleep(interval)
+		synctest.Wait()
+		b.mu.Lock()
+		second := slices.Clone(round2)
+		b.mu.Unlock()
+		if len(second) != 2 || len(second[0])+len(second[1]) != n-1 {
+			t.Fatalf("second round: calls of %v claims; want two with the %d leases held", len(second), n-1)
+		}
+		hung := map[string]bool{}
+		for _, call := range second {
+			if len(call) < fence.MaxBatch {
+				for _, cl := range call {
+					hung[b.names[cl]] = true
+				}
+			}
+		}
+		moved := 0 // leases of the first round's second call not in the hung call
+		for _, cl := range firstRound[1] {
+			if !hung[b.names[cl]] {
+				moved++
+			}
+		}
+		if moved == 0 {
+			t.Fatalf("every lease of the first round's second call is in the hung call; the test needs them split")
+		}
+		time.Sleep(3 * ttl)
+		synctest.Wait()
+		// The hung call's leases were last renewed by the first round,
+		// sent at the interval (the second call's answer came later).
+		want := interval + ttl - margin
+		for i, l := range ls {
+			switch {
+			case i == i0:
+			case hung[l.Key()]:
+				if got := lost(i); got != want {
+					t.Errorf("lease %q in the hung call lost at %v; want at its validity end %v", l.Key(), got, want)
+				}
+			default:
+				if err := l.Err(); err != nil {
+					t.Errorf("lease %q, not in the hung call (%d of its earlier batch-mates were): %v", l.Key(), len(hung), err)
+				}
+			}
+		}
+	})
+}

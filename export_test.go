@@ -9,6 +9,5 @@ const MaxBatch = maxBatch
 func (l *Lease) StopTimers() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.c.sched.remove(l.expiry)
-	l.c.sched.remove(&l.renewEv)
+	l.c.sched.dropLease(l)
 }

@@ -52,6 +52,9 @@ type Lease struct {
 	renewRunning bool
 	renewIdle    chan struct{} // closed when the running renewal ends; nil if none waits
 	inBatch      *batchRun     // the batch renewing the lease now, if any (batch.go)
+	// The cohorts (batch.go) whose deadlines are the end of the lease's
+	// validity and its next renewal, if any; guarded by c.sched.mu.
+	expiryIn, renewIn *cohort
 
 	released releasedError // the cause of a released lease, kept here to spare an allocation
 	// lostAtRelease is the loss that Release found (the store no longer
@@ -110,13 +113,15 @@ func (l *Lease) renewTick() {
 	l.renewRunning = true
 	l.mu.Unlock()
 
-	l.renewDone(l.renewOnce(l.cfg.renewInterval()))
+	next, ok := l.renewOnce(l.cfg.renewInterval())
+	l.renewDone(next, ok, nil)
 }
 
 // renewDone ends a running renewal, which asks for the next one after
 // next if ok: it lets a waiting Release go on, or schedules the next
-// renewal.
-func (l *Lease) renewDone(next time.Duration, ok bool) {
+// renewal: c's, if c is not nil (a batch renewed the lease, and next is
+// its interval), else one of its own.
+func (l *Lease) renewDone(next time.Duration, ok bool, c *cohort) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewRunning = false
@@ -125,7 +130,11 @@ func (l *Lease) renewDone(next time.Duration, ok bool) {
 		close(l.renewIdle)
 		l.renewIdle = nil
 	}
-	if ok && !l.ended {
+	switch {
+	case !ok || l.ended:
+	case c != nil:
+		l.c.sched.renewInCohort(l, c)
+	default:
 		l.c.sched.put(&l.renewEv, time.Now().Add(next))
 	}
 }
@@ -134,8 +143,7 @@ func (l *Lease) renewDone(next time.Duration, ok bool) {
 // is held and l.ended set, so no renewal starts after it. A batch that
 // renews the lease now learns that it ended (batch.go).
 func (l *Lease) unscheduleLocked() {
-	l.c.sched.remove(l.expiry)
-	l.c.sched.remove(&l.renewEv)
+	l.c.sched.dropLease(l)
 	if l.inBatch != nil {
 		l.inBatch.leave()
 		l.inBatch = nil
@@ -227,7 +235,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	err := l.extend(ctx)
 	l.observeRenewal(ctx, err, sent, false)
 	if err == nil {
-		l.extendValidity(sent)
+		l.extendValidity(sent, nil)
 		return l.Err()
 	}
 	if errors.Is(err, ErrNotHeld) {
@@ -379,13 +387,13 @@ func (l *Lease) renewOnce(interval time.Duration) (time.Duration, bool) {
 	sent := time.Now()
 	err := l.extend(ctx)
 	cancel()
-	return l.renewed(err, sent, deadline, interval)
+	return l.renewed(err, sent, deadline, interval, nil)
 }
 
 // renewed acts on the answer err to a renewal sent at sent while the
 // lease was valid until deadline, and returns when to try next; false
-// once the lease has ended.
-func (l *Lease) renewed(err error, sent, deadline time.Time, interval time.Duration) (time.Duration, bool) {
+// once the lease has ended. c is the cohort of a batch's renewal.
+func (l *Lease) renewed(err error, sent, deadline time.Time, interval time.Duration, c *cohort) (time.Duration, bool) {
 	left := time.Until(deadline)
 	late := err == nil && left < l.cfg.ttl/6
 	if l.ctx.Err() == nil {
@@ -399,7 +407,7 @@ func (l *Lease) renewed(err error, sent, deadline time.Time, interval time.Durat
 			l.cfg.logger.Warn("fence: renewal succeeded close to the end of the lease's validity; the store is slow or the renew interval too long",
 				"key", l.key, "token", l.token, "validity_left", left, "renew_took", time.Since(sent))
 		}
-		l.extendValidity(sent)
+		l.extendValidity(sent, c)
 		return interval, true
 	case errors.Is(err, ErrNotHeld):
 		l.lose(LossRefused, err)
@@ -418,8 +426,11 @@ func retryDelay(interval, left time.Duration) time.Duration {
 }
 
 // extendValidity moves the validity to sent + TTL - margin after a
-// successful renewal whose request was sent at sent.
-func (l *Lease) extendValidity(sent time.Time) {
+// successful renewal whose request was sent at sent. The new end is a
+// deadline of the lease's own, or of c, the cohort of the batch that
+// sent the renewal, whose validity ends at that same instant. If the end
+// of the old validity is running now, expire finds the lease valid.
+func (l *Lease) extendValidity(sent time.Time, c *cohort) {
 	until := sent.Add(l.cfg.ttl - l.cfg.driftMargin())
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -427,10 +438,10 @@ func (l *Lease) extendValidity(sent time.Time) {
 		return
 	}
 	l.validUntil = until
-	if !l.c.sched.move(l.expiry, until) {
-		// The end of the old validity is running now: expire finds the
-		// lease valid, and this is the new end.
-		l.c.sched.put(l.expiry, until)
+	if c != nil {
+		l.c.sched.expireInCohort(l, c)
+	} else {
+		l.c.sched.expireLease(l, until)
 	}
 }
 

@@ -28,12 +28,14 @@ type schedule struct {
 // lease's expire or renewTick runs on a goroutine of its own, or, for a
 // batched renewal, renewBatch with others on one goroutine (a lease's
 // events are fields of the Lease, so that scheduling them allocates
-// nothing), or f if set (the schedule's tests use plain functions).
+// nothing), or f if set (the schedule's tests use plain functions). An
+// event of a cohort (batch.go) is the deadline of every lease in it.
 type event struct {
-	at    time.Time
-	f     func()
-	lease *Lease
-	renew bool // renewTick, not expire
+	at     time.Time
+	f      func()
+	lease  *Lease
+	cohort *cohort
+	renew  bool // renewTick, not expire
 	// batched puts a renewal in the schedule's batch queue: it runs in a
 	// batch of the Client's due renewals (batch.go), not on its own.
 	batched bool
@@ -68,35 +70,6 @@ func (s *schedule) put(e *event, at time.Time) {
 	s.mu.Unlock()
 }
 
-// move makes e run at at instead. It reports false if e already ran or
-// was removed.
-func (s *schedule) move(e *event, at time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.index < 0 {
-		return false
-	}
-	e.at = at
-	heap.Fix(s.queueOf(e), e.index)
-	s.armLocked()
-	return true
-}
-
-// remove unschedules e. It reports false if e already ran (or is about
-// to) or was removed.
-func (s *schedule) remove(e *event) bool {
-	if e == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.index < 0 {
-		return false
-	}
-	heap.Remove(s.queueOf(e), e.index)
-	return true
-}
-
 // armLocked sets the timer for the earliest deadline if it is not set for
 // that or earlier.
 func (s *schedule) armLocked() {
@@ -127,14 +100,21 @@ func (s *schedule) armLocked() {
 
 // fire runs every deadline that has come, each on its own goroutine (a
 // renewal waits for the store), and arms the timer for the next. Batched
-// renewals run in batches, one goroutine each (takeBatchesLocked).
+// renewals run in batches, one goroutine each (takeBatchesLocked); the
+// validity ends of a cohort's leases are checked on one goroutine.
 func (s *schedule) fire() {
 	s.mu.Lock()
 	s.armed = time.Time{}
 	now := time.Now()
 	var due []*event
+	var ending [][]*Lease
 	for len(s.queue) > 0 && !s.queue[0].at.After(now) {
-		due = append(due, heap.Pop(&s.queue).(*event))
+		e := heap.Pop(&s.queue).(*event)
+		if e.cohort != nil {
+			ending = append(ending, e.cohort.takeExpiringLocked())
+		} else {
+			due = append(due, e)
+		}
 	}
 	batches := s.takeBatchesLocked(now)
 	s.armLocked()
@@ -142,9 +122,46 @@ func (s *schedule) fire() {
 	for _, e := range due {
 		go e.run()
 	}
+	for _, ls := range ending {
+		go expireEach(ls)
+	}
 	for _, b := range batches {
 		go renewBatch(b)
 	}
+}
+
+// expireLease makes l's own event the end of its validity, at until,
+// in place of the one it had (its own, or its cohort's).
+func (s *schedule) expireLease(l *Lease, until time.Time) {
+	s.mu.Lock()
+	s.leaveExpiryCohortLocked(l)
+	e := l.expiry
+	e.at = until
+	if e.index >= 0 {
+		heap.Fix(&s.queue, e.index)
+	} else {
+		heap.Push(&s.queue, e)
+	}
+	s.armLocked()
+	s.mu.Unlock()
+}
+
+// dropLease takes every deadline of l off the schedule: its own events
+// and its places in cohorts.
+func (s *schedule) dropLease(l *Lease) {
+	if l.expiry == nil {
+		return // never scheduled
+	}
+	s.mu.Lock()
+	if e := l.expiry; e.index >= 0 {
+		heap.Remove(&s.queue, e.index)
+	}
+	if e := &l.renewEv; e.index >= 0 {
+		heap.Remove(s.queueOf(e), e.index)
+	}
+	s.leaveExpiryCohortLocked(l)
+	s.leaveRenewCohortLocked(l)
+	s.mu.Unlock()
 }
 
 // eventQueue is a heap of events, earliest first.

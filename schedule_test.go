@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"container/heap"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,35 @@ func (s *schedule) add(at time.Time, f func()) *event {
 	e := &event{f: f, index: -1}
 	s.put(e, at)
 	return e
+}
+
+// move makes e run at at instead. It reports false if e already ran or
+// was removed.
+func (s *schedule) move(e *event, at time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.index < 0 {
+		return false
+	}
+	e.at = at
+	heap.Fix(s.queueOf(e), e.index)
+	s.armLocked()
+	return true
+}
+
+// remove unschedules e. It reports false if e already ran (or is about
+// to) or was removed.
+func (s *schedule) remove(e *event) bool {
+	if e == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.index < 0 {
+		return false
+	}
+	heap.Remove(s.queueOf(e), e.index)
+	return true
 }
 
 func TestScheduleRunsDeadlinesInOrder(t *testing.T) {
