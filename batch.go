@@ -212,7 +212,7 @@ func renewBatch(ls []*Lease) {
 	var cs cohorts
 	for i, l := range ls {
 		if errs[i] == nil {
-			cs.add(l, sent, now)
+			cs.add(l, sent, now, n)
 		}
 	}
 	for i, l := range ls {
@@ -248,15 +248,15 @@ type cohort struct {
 // cohorts are the cohorts of one batch.
 type cohorts []*cohort
 
-// add puts l, which the batch sent at sent renewed, in the cohort of its
-// validity and interval, a new one if there is none: that cohort's
-// validity ends at sent + TTL - margin, as extendValidity computes it,
-// and its next renewal is due an interval after now.
-func (cs *cohorts) add(l *Lease, sent, now time.Time) {
+// add puts l, which the batch of n leases sent at sent renewed, in the
+// cohort of its validity and interval, a new one if there is none: that
+// cohort's validity ends at sent + TTL - margin, as extendValidity
+// computes it, and its next renewal is due an interval after now.
+func (cs *cohorts) add(l *Lease, sent, now time.Time, n int) {
 	validity, interval := l.cfg.ttl-l.cfg.driftMargin(), l.cfg.renewInterval()
 	c := cs.find(validity, interval)
 	if c == nil {
-		c = &cohort{validity: validity, interval: interval}
+		c = &cohort{validity: validity, interval: interval, leases: make([]*Lease, 0, n)}
 		c.expiryEv = event{at: sent.Add(validity), cohort: c, index: -1}
 		c.renewEv = event{at: now.Add(interval), cohort: c, batched: true, index: -1}
 		*cs = append(*cs, c)
@@ -283,10 +283,12 @@ func (cs cohorts) find(validity, interval time.Duration) *cohort {
 // cohort's).
 func (s *schedule) expireInCohort(l *Lease, c *cohort) {
 	s.mu.Lock()
-	if e := l.expiry; e.index >= 0 {
+	// A lease's validity end is its own event or a cohort's, never both.
+	if l.expiryIn != nil {
+		s.leaveExpiryCohortLocked(l)
+	} else if e := l.expiry; e.index >= 0 {
 		heap.Remove(&s.queue, e.index)
 	}
-	s.leaveExpiryCohortLocked(l)
 	l.expiryIn = c
 	if c.expiring++; c.expiring == 1 {
 		heap.Push(&s.queue, &c.expiryEv)
