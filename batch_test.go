@@ -619,3 +619,35 @@ func TestBatchHungLeavesItsFormerBatchMates(t *testing.T) {
 		}
 	})
 }
+
+// Leases renewed in batches, some released and some lost, leave nothing
+// on the Client's schedule once all have ended: a cohort's deadlines go
+// with its last lease, which they would otherwise keep from the garbage
+// collector until they ran.
+func TestBatchCohortsLeaveWithTheirLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		b := newBatching()
+		c := fence.New(b, fence.WithTTL(ttl))
+		ls := acquireN(t, c, fence.MaxBatch+10, "k")
+		time.Sleep(2 * ttl / 3)
+		synctest.Wait()
+		if n, cohorts := c.Deadlines(); n == 0 || n != cohorts {
+			t.Fatalf("after two rounds of batches, %d deadlines, %d of cohorts; want only cohorts'", n, cohorts)
+		}
+		b.Delete("k3") // refused at the next round: lost
+		time.Sleep(ttl / 3)
+		synctest.Wait()
+		if err := ls[3].Err(); !errors.Is(err, fence.ErrLost) {
+			t.Fatalf("lease refused in its batch: %v; want lost", err)
+		}
+		releaseAll(t, ls[:len(ls)/2])
+		if n, _ := c.Deadlines(); n == 0 {
+			t.Errorf("no deadlines left with half the leases held")
+		}
+		releaseAll(t, ls[len(ls)/2:])
+		if n, cohorts := c.Deadlines(); n != 0 {
+			t.Errorf("%d deadlines (%d of cohorts) left once every lease ended; want none", n, cohorts)
+		}
+	})
+}

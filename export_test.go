@@ -11,3 +11,20 @@ func (l *Lease) StopTimers() {
 	defer l.mu.Unlock()
 	l.c.sched.dropLease(l)
 }
+
+// Deadlines returns how many deadlines the Client's schedule holds, and
+// how many of them are cohorts'.
+func (c *Client) Deadlines() (n, cohorts int) {
+	s := &c.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range []eventQueue{s.queue, s.batch} {
+		for _, e := range q {
+			n++
+			if e.cohort != nil {
+				cohorts++
+			}
+		}
+	}
+	return n, cohorts
+}
