@@ -79,7 +79,12 @@ func (s *schedule) takeBatchesLocked(now time.Time) [][]*Lease {
 	}
 	var batches [][]*Lease
 	var b []*Lease
-	add := func(l *Lease) {
+	// add adds l to the batch being filled, which gets room for more
+	// leases besides it when it starts.
+	add := func(l *Lease, more int) {
+		if b == nil {
+			b = make([]*Lease, 0, min(maxBatch, 1+more))
+		}
 		b = append(b, l)
 		if len(b) == maxBatch {
 			batches = append(batches, b)
@@ -94,13 +99,14 @@ func (s *schedule) takeBatchesLocked(now time.Time) [][]*Lease {
 		heap.Pop(&s.batch)
 		c := e.cohort
 		if c == nil {
-			add(e.lease)
+			add(e.lease, 0)
 			continue
 		}
 		for _, l := range c.leases {
 			if l.renewIn == c {
 				l.renewIn = nil
-				add(l)
+				c.renewing--
+				add(l, c.renewing)
 			}
 		}
 		c.renewing = 0
