@@ -216,7 +216,7 @@ func (s *Store) notApplicable(f Fault) string {
 			if s.clockNA != "" {
 				return s.clockNA
 			}
-			return "the tool moves the clock only of servers that read it through the C library (Go programs read it through the kernel's vDSO)"
+			return "no server on a fake clock: the store has no server (its clock is this machine's), or its server is a Go program the tool does not build (Debian's etcd, kube-apiserver), which reads the clock through the kernel's vDSO, out of the fake clock's reach"
 		}
 	case FaultPartition:
 		if s.partition == nil {
