@@ -2,6 +2,7 @@ package fenceredis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -20,58 +21,120 @@ func (s *Store) Batchable(c fence.Claim) bool {
 	return ok && rc.s == s
 }
 
-// ExtendBatch implements fence.BatchExtender: one pipeline of the extend
-// scripts (EVALSHA), each claim's own compare-and-extend exactly as its
-// Extend runs it, lock-delay included. A pipeline is one round trip on a
-// single server; on a Cluster, go-redis sends one per node, together.
-// Scripts the server does not have (NOSCRIPT, after a restart or SCRIPT
-// FLUSH) are sent again by EVAL, which also loads them, in a second
-// pipeline.
+// ExtendBatch implements fence.BatchExtender. The claims without a
+// lock-delay that share a Redis Cluster hash slot (on a single server or
+// a Sentinel's primary, all of them) are extended by one script,
+// extendAllScript, which compares and extends each exactly as its Extend
+// would and answers for each on its own; a claim with a lock-delay runs
+// its own extend script. All of it goes in one pipeline: one round trip
+// on a single server; on a Cluster, go-redis sends one per node,
+// together. Scripts the server does not have (NOSCRIPT, after a restart
+// or SCRIPT FLUSH) are sent again by EVAL, which also loads them, in a
+// second pipeline.
 func (s *Store) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls []time.Duration) []error {
 	errs := make([]error, len(claims))
-	cmds := make([]*redis.Cmd, len(claims))
-	cs := make([]*claim, len(claims))
-	for i, c := range claims {
-		rc, ok := c.(*claim)
-		if !ok || rc.s != s {
-			errs[i] = fmt.Errorf("fenceredis: ExtendBatch of a claim of another driver (%T)", c)
-			continue
-		}
-		cs[i] = rc
-	}
+	calls := s.batchCalls(claims, ttls, errs)
 	send := func(eval bool) {
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, c := range cs {
-				if c == nil || (eval && !noScript(cmds[i].Err())) {
-					continue
-				}
-				script, keys, args := c.extendCall(ttls[i])
-				if eval {
-					cmds[i] = script.Eval(ctx, p, keys, args...)
-				} else {
-					cmds[i] = script.EvalSha(ctx, p, keys, args...)
+			for i := range calls {
+				bc := &calls[i]
+				switch {
+				case !eval:
+					bc.cmd = bc.script.EvalSha(ctx, p, bc.keys, bc.args...)
+				case noScript(bc.cmd.Err()):
+					bc.cmd = bc.script.Eval(ctx, p, bc.keys, bc.args...)
 				}
 			}
 			return nil
 		})
 	}
 	send(false)
-	missing := false
-	for i, c := range cs {
-		if c != nil && noScript(cmds[i].Err()) {
-			missing = true
+	for i := range calls {
+		if noScript(calls[i].cmd.Err()) {
+			send(true)
+			break
 		}
 	}
-	if missing {
-		send(true)
-	}
-	for i, c := range cs {
-		if c == nil {
+	for _, bc := range calls {
+		if bc.script != extendAllScript {
+			i := bc.members[0]
+			errs[i] = claims[i].(*claim).extended(bc.cmd.Int())
 			continue
 		}
-		errs[i] = c.extended(cmds[i].Int())
+		replies, err := bc.cmd.Slice()
+		if err == nil && len(replies) != len(bc.members) {
+			err = fmt.Errorf("%d replies for %d locks", len(replies), len(bc.members))
+		}
+		for j, i := range bc.members {
+			c := claims[i].(*claim)
+			if err != nil {
+				errs[i] = c.extended(0, err)
+				continue
+			}
+			switch r := replies[j].(type) {
+			case int64:
+				errs[i] = c.extended(int(r), nil)
+			case string:
+				errs[i] = c.extended(0, errors.New(r))
+			default:
+				errs[i] = c.extended(0, fmt.Errorf("unexpected reply %v (%T)", r, r))
+			}
+		}
 	}
 	return errs
+}
+
+// batchCall is one script of an ExtendBatch: the claims (their indices)
+// it extends, and its reply once sent.
+type batchCall struct {
+	script  *redis.Script
+	keys    []string
+	args    []any
+	members []int
+	cmd     *redis.Cmd
+}
+
+// batchCalls groups claims into the scripts that extend them: one
+// extendAllScript per hash slot (one in all but on a Cluster) and one
+// script for each claim with a lock-delay. A claim of another driver gets
+// its error in errs and no call.
+func (s *Store) batchCalls(claims []fence.Claim, ttls []time.Duration, errs []error) []batchCall {
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	var calls []batchCall
+	groups := make(map[uint16]int) // slot (0 off a Cluster) -> its extendAllScript in calls
+	for i, c := range claims {
+		rc, ok := c.(*claim)
+		if !ok || rc.s != s {
+			errs[i] = fmt.Errorf("fenceredis: ExtendBatch of a claim of another driver (%T)", c)
+			continue
+		}
+		if rc.delay > 0 {
+			script, keys, args := rc.extendCall(ttls[i])
+			calls = append(calls, batchCall{script: script, keys: keys, args: args, members: []int{i}})
+			continue
+		}
+		var slot uint16
+		n := len(claims) - i // room for the rest, off a Cluster
+		if cluster {
+			slot, n = crc16(hashed(rc.n.lock))%16384, 1
+		}
+		g, ok := groups[slot]
+		if !ok {
+			g = len(calls)
+			groups[slot] = g
+			calls = append(calls, batchCall{
+				script:  extendAllScript,
+				keys:    make([]string, 0, 2*n),
+				args:    make([]any, 0, 3*n),
+				members: make([]int, 0, n),
+			})
+		}
+		bc := &calls[g]
+		bc.keys = append(bc.keys, rc.n.lock, rc.n.counter)
+		bc.args = append(bc.args, rc.value, ms(ttls[i]), ms(ttls[i]+s.retention))
+		bc.members = append(bc.members, i)
+	}
+	return calls
 }
 
 // extended is the outcome of the claim's extend script, which answered

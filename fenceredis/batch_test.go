@@ -104,6 +104,100 @@ func TestExtendBatch(t *testing.T) {
 	}
 }
 
+// The claims of one hash slot share a script in a batch, and each gets
+// its own answer from it: a lock taken by another is refused, a lock
+// whose name now holds another type fails, and the claims beside them
+// are extended all the same. On a Cluster, keys of one slot share a
+// script and keys of others do not.
+func TestExtendBatchEachOnItsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		connect func(t *testing.T) string
+	}{
+		{"single", func(t *testing.T) string { return connectSingle(testserver.Redis(t)) }},
+		{"cluster", func(t *testing.T) string { return connectCluster(testserver.RedisCluster(t, 3)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			connect := tc.connect(t)
+			s := mustOpen(t, connect).(*Store)
+			r := newRaw(t, connect)
+			const short, long = 5 * time.Second, time.Minute
+			// Keys: a and b share a slot with stolen and wrong (found by
+			// search), c has a slot of its own.
+			slotOf := func(key string) uint16 { return crc16(hashed(lockNames(DefaultPrefix, key).lock)) % 16384 }
+			keys := []string{"a"}
+			for i := 0; len(keys) < 4; i++ {
+				if k := "k" + strconv.Itoa(i); slotOf(k) == slotOf("a") {
+					keys = append(keys, k)
+				}
+			}
+			a, stolen, wrong, b := keys[0], keys[1], keys[2], keys[3]
+			c := "c"
+			if slotOf(c) == slotOf(a) {
+				t.Fatal("c shares a's slot")
+			}
+			var claims []fence.Claim
+			for _, key := range []string{a, stolen, c, wrong, b} {
+				cl, err := s.TryAcquire(ctx, fence.Request{Key: key, Owner: "o-" + key, TTL: short})
+				if err != nil {
+					t.Fatal(err)
+				}
+				claims = append(claims, cl)
+			}
+			if err := r.deleteLock(ctx, stolen); err != nil {
+				t.Fatal(err)
+			}
+			thief, err := s.TryAcquire(ctx, fence.Request{Key: stolen, Owner: "thief", TTL: short})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.deleteLock(ctx, wrong); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.cs[0].HSet(ctx, lockNames(DefaultPrefix, wrong).lock, "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			calls := s.batchCalls(claims, []time.Duration{long, long, long, long, long}, make([]error, len(claims)))
+			want := 1
+			if tc.name == "cluster" {
+				want = 2
+			}
+			if len(calls) != want {
+				t.Errorf("%d scripts for a batch of two slots; want %d", len(calls), want)
+			}
+			errs := s.ExtendBatch(ctx, claims, []time.Duration{long, long, long, long, long})
+			for i, key := range []string{a, stolen, c, wrong, b} {
+				err := errs[i]
+				switch key {
+				case stolen:
+					if !errors.Is(err, fence.ErrNotHeld) {
+						t.Errorf("%s (taken by another): %v; want ErrNotHeld", key, err)
+					}
+				case wrong:
+					if err == nil || errors.Is(err, fence.ErrNotHeld) || !strings.Contains(err.Error(), "WRONGTYPE") {
+						t.Errorf("%s (another type): %v; want the server's WRONGTYPE", key, err)
+					}
+				default:
+					if err != nil {
+						t.Errorf("%s: %v", key, err)
+					}
+					if h, err := s.Inspect(ctx, key); err != nil || h.ExpiresIn < long-5*time.Second {
+						t.Errorf("%s after ExtendBatch by %v: %+v, %v", key, long, h, err)
+					}
+				}
+			}
+			if h, err := s.Inspect(ctx, stolen); err != nil || h.Owner != "thief" || h.ExpiresIn > short {
+				t.Errorf("the new holder after a refused ExtendBatch: %+v, %v", h, err)
+			}
+			for _, cl := range []fence.Claim{claims[0], claims[2], claims[4], thief} {
+				_ = cl.Release(ctx)
+			}
+			_ = r.cs[0].Del(ctx, lockNames(DefaultPrefix, wrong).lock).Err()
+		})
+	}
+}
+
 // A batch whose connection fails reports the failure for every claim in
 // it, not a refusal.
 func TestExtendBatchTransportError(t *testing.T) {

@@ -112,6 +112,37 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 `)
 
+// extendAllScript is extendScript for many locks in one call. KEYS: each
+// lock followed by its token counter. ARGV: for each lock, in the same
+// order, its value, ttl ms and counter ttl ms. Reply: for each lock, 1 if
+// extended, 0 if not held, or the error its commands answered (a string);
+// one lock's error does not stop the others.
+var extendAllScript = redis.NewScript(`
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lock, counter, a = KEYS[2*i-1], KEYS[2*i], 3*i-2
+  local v = redis.pcall('GET', lock)
+  if type(v) == 'table' and v.err then
+    out[i] = v.err
+  elseif v ~= ARGV[a] then
+    out[i] = 0
+  else
+    local e = redis.pcall('PEXPIRE', lock, ARGV[a+1])
+    if type(e) == 'table' and e.err then
+      out[i] = e.err
+    else
+      e = redis.pcall('PEXPIRE', counter, ARGV[a+2])
+      if type(e) == 'table' and e.err then
+        out[i] = e.err
+      else
+        out[i] = 1
+      end
+    end
+  end
+end
+return out
+`)
+
 // publish defines announce(channel), the release announcement of every
 // script that frees a key: sharded pub/sub on Redis 7 and later (the
 // only ones with redis.REDIS_VERSION_NUM), plain pub/sub before. The
