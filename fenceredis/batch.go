@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,12 +38,8 @@ func (s *Store) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls []ti
 	send := func(eval bool) {
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range calls {
-				bc := &calls[i]
-				switch {
-				case !eval:
-					bc.cmd = bc.script.EvalSha(ctx, p, bc.keys, bc.args...)
-				case noScript(bc.cmd.Err()):
-					bc.cmd = bc.script.Eval(ctx, p, bc.keys, bc.args...)
+				if !eval || noScript(calls[i].cmd.Err()) {
+					calls[i].send(ctx, p, eval)
 				}
 			}
 			return nil
@@ -56,7 +53,7 @@ func (s *Store) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls []ti
 		}
 	}
 	for _, bc := range calls {
-		if bc.script != extendAllScript {
+		if bc.script != nil {
 			i := bc.members[0]
 			errs[i] = claims[i].(*claim).extended(bc.cmd.Int())
 			continue
@@ -84,20 +81,44 @@ func (s *Store) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls []ti
 	return errs
 }
 
-// batchCall is one script of an ExtendBatch: the claims (their indices)
-// it extends, and its reply once sent.
+// batchCall is one script of an ExtendBatch, and its reply once sent:
+// either extendAllScript for members, as the whole EVALSHA command in
+// args, or (script set) another script for members[0] alone.
 type batchCall struct {
+	members []int
+	args    []any
 	script  *redis.Script
 	keys    []string
-	args    []any
-	members []int
 	cmd     *redis.Cmd
+}
+
+func (bc *batchCall) send(ctx context.Context, p redis.Pipeliner, eval bool) {
+	switch {
+	case bc.script != nil && eval:
+		bc.cmd = bc.script.Eval(ctx, p, bc.keys, bc.args...)
+	case bc.script != nil:
+		bc.cmd = bc.script.EvalSha(ctx, p, bc.keys, bc.args...)
+	default:
+		args := bc.args
+		if eval {
+			args = slices.Clone(args)
+			args[0], args[1] = "eval", extendAllLua
+		}
+		bc.cmd = redis.NewCmd(ctx, args...)
+		bc.cmd.SetFirstKeyPos(3)
+		_ = p.Process(ctx, bc.cmd)
+	}
 }
 
 // batchCalls groups claims into the scripts that extend them: one
 // extendAllScript per hash slot (one in all but on a Cluster) and one
 // script for each claim with a lock-delay. A claim of another driver gets
 // its error in errs and no call.
+//
+// The EVALSHA of extendAllScript is built here, not by go-redis's
+// Script, which would put every key and argument in an interface of its
+// own: a claim's names and value are put in theirs at its first batch and
+// kept, and the TTLs once per batch.
 func (s *Store) batchCalls(claims []fence.Claim, ttls []time.Duration, errs []error) []batchCall {
 	_, cluster := s.rdb.(*redis.ClusterClient)
 	var calls []batchCall
@@ -114,25 +135,41 @@ func (s *Store) batchCalls(claims []fence.Claim, ttls []time.Duration, errs []er
 			continue
 		}
 		var slot uint16
-		n := len(claims) - i // room for the rest, off a Cluster
 		if cluster {
-			slot, n = crc16(hashed(rc.n.lock))%16384, 1
+			slot = crc16(hashed(rc.n.lock)) % 16384
 		}
 		g, ok := groups[slot]
 		if !ok {
 			g = len(calls)
 			groups[slot] = g
-			calls = append(calls, batchCall{
-				script:  extendAllScript,
-				keys:    make([]string, 0, 2*n),
-				args:    make([]any, 0, 3*n),
-				members: make([]int, 0, n),
-			})
+			calls = append(calls, batchCall{})
 		}
+		calls[g].members = append(calls[g].members, i)
+	}
+	var ttl time.Duration
+	var ttlArgs [2]any
+	for g := range calls {
 		bc := &calls[g]
-		bc.keys = append(bc.keys, rc.n.lock, rc.n.counter)
-		bc.args = append(bc.args, rc.value, ms(ttls[i]), ms(ttls[i]+s.retention))
-		bc.members = append(bc.members, i)
+		if bc.script != nil {
+			continue
+		}
+		n := len(bc.members)
+		keys, argv := 3, 3+2*n
+		bc.args = make([]any, 3+5*n)
+		bc.args[0], bc.args[1], bc.args[2] = "evalsha", extendAllScript.Hash(), 2*n
+		for _, i := range bc.members {
+			c := claims[i].(*claim)
+			if c.boxed == nil {
+				c.boxed = &[3]any{c.n.lock, c.n.counter, c.value}
+			}
+			if ttls[i] != ttl || ttlArgs[0] == nil {
+				ttl = ttls[i]
+				ttlArgs = [2]any{ms(ttl), ms(ttl + s.retention)}
+			}
+			bc.args[keys], bc.args[keys+1] = c.boxed[0], c.boxed[1]
+			bc.args[argv], bc.args[argv+1], bc.args[argv+2] = c.boxed[2], ttlArgs[0], ttlArgs[1]
+			keys, argv = keys+2, argv+3
+		}
 	}
 	return calls
 }

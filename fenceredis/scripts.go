@@ -116,8 +116,11 @@ return 1
 // lock followed by its token counter. ARGV: for each lock, in the same
 // order, its value, ttl ms and counter ttl ms. Reply: for each lock, 1 if
 // extended, 0 if not held, or the error its commands answered (a string);
-// one lock's error does not stop the others.
-var extendAllScript = redis.NewScript(`
+// one lock's error does not stop the others. ExtendBatch sends it by its
+// own EVALSHA command (extendAll), hence the source apart.
+var extendAllScript = redis.NewScript(extendAllLua)
+
+const extendAllLua = `
 local out = {}
 for i = 1, #KEYS / 2 do
   local lock, counter, a = KEYS[2*i-1], KEYS[2*i], 3*i-2
@@ -141,7 +144,7 @@ for i = 1, #KEYS / 2 do
   end
 end
 return out
-`)
+`
 
 // publish defines announce(channel), the release announcement of every
 // script that frees a key: sharded pub/sub on Redis 7 and later (the

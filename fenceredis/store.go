@@ -151,6 +151,7 @@ type claim struct {
 	token  int64
 	delay  time.Duration // the lease's lock-delay; 0: none
 	until  string        // with a delay, the name of the lease's end
+	boxed  *[3]any       // lock, counter and value as ExtendBatch sends them, made at its first
 }
 
 func (c *claim) Token() int64 { return c.token }
