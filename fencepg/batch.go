@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,9 +40,6 @@ func (d *LeaseStore) Batchable(c fence.Claim) bool {
 // acquisition, so each row joins one claim at most.
 func (d *LeaseStore) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls []time.Duration) []error {
 	errs := make([]error, len(claims))
-	keys := make([]string, 0, len(claims))
-	owners := make([]string, 0, len(claims))
-	ttlUS := make([]int64, 0, len(claims))
 	at := make([]int, 0, len(claims)) // at[j]: the claim sent j-th
 	cs := make([]*leaseClaim, len(claims))
 	for i, c := range claims {
@@ -62,17 +60,16 @@ func (d *LeaseStore) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls
 	// sent, so a batch and a TryAcquireAll wait for each other's rows in
 	// one order, not in a cycle.
 	slices.SortFunc(at, func(i, j int) int { return strings.Compare(cs[i].key, cs[j].key) })
-	for _, i := range at {
-		keys = append(keys, cs[i].key)
-		owners = append(owners, cs[i].owner)
-		ttlUS = append(ttlUS, micros(ttls[i]))
-	}
+	keys := textArray(len(at), func(j int) string { return cs[at[j]].key })
+	owners := textArray(len(at), func(j int) string { return cs[at[j]].owner })
+	ttlUS := intArray(len(at), func(j int) int64 { return micros(ttls[at[j]]) })
 	extended := make([]bool, len(claims))
 	rows, err := d.pool.Query(ctx, d.qExtendBatch, keys, owners, ttlUS)
 	if err == nil {
+		var j int64       // 1-based, from WITH ORDINALITY
+		dest := []any{&j} // made once: a Scan(&j) per row would make one each
 		for rows.Next() {
-			var j int64 // 1-based, from WITH ORDINALITY
-			if err = rows.Scan(&j); err != nil {
+			if err = rows.Scan(dest...); err != nil {
 				break
 			}
 			if j < 1 || j > int64(len(at)) {
@@ -96,4 +93,54 @@ func (d *LeaseStore) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls
 		}
 	}
 	return errs
+}
+
+// textArray is the PostgreSQL array literal ({"a","b"}) of n strings,
+// val(0) to val(n-1), each quoted, with its backslashes and double quotes
+// escaped. Given as a parameter, pgx sends a string in text format
+// whatever its type, and the server parses it as the text[] the statement
+// declares: one string for the array, where pgx's own encoding of a
+// []string puts every element in an interface of its own.
+func textArray(n int, val func(int) string) string {
+	size := 2
+	for i := range n {
+		size += len(val(i)) + 3
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteByte('{')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		v := val(i)
+		for v != "" {
+			k := strings.IndexAny(v, `"\`)
+			if k < 0 {
+				b.WriteString(v)
+				break
+			}
+			b.WriteString(v[:k])
+			b.WriteByte('\\')
+			b.WriteByte(v[k])
+			v = v[k+1:]
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// intArray is the array literal ({1,2}) of n integers, as textArray.
+func intArray(n int, val func(int) int64) string {
+	b := make([]byte, 0, 2+12*n)
+	b = append(b, '{')
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, val(i), 10)
+	}
+	return string(append(b, '}'))
 }

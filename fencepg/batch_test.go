@@ -92,6 +92,52 @@ func TestExtendBatch(t *testing.T) {
 	}
 }
 
+// ExtendBatch sends its keys and owners as array literals: keys and
+// owners with the literal's own syntax in them (quotes, backslashes,
+// braces, commas, blanks, NULL) are each extended, not misread, and a
+// claim that is not held among them is still refused.
+func TestExtendBatchKeysOfAnyText(t *testing.T) {
+	_, pool := server(t)
+	ctx := ctxFor(t)
+	d, err := fencepg.NewLeaseStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	keys := []string{`"`, `\`, `a\"b`, `{x,y}`, `, `, ` `, `NULL`, `"NULL"`, `é\\`, `tab	and
+newline`, `plain`}
+	var claims []fence.Claim
+	var ttls []time.Duration
+	for _, key := range keys {
+		c, err := d.TryAcquire(ctx, fence.Request{Key: key, Owner: `o"\` + key, TTL: time.Minute})
+		if err != nil {
+			t.Fatalf("TryAcquire %q: %v", key, err)
+		}
+		claims = append(claims, c)
+		ttls = append(ttls, time.Hour)
+	}
+	exec(t, pool, `UPDATE fence_locks SET owner = 'someone else' WHERE key = 'plain'`)
+	errs := d.ExtendBatch(ctx, claims, ttls)
+	for i, key := range keys {
+		if key == "plain" {
+			if !errors.Is(errs[i], fence.ErrNotHeld) {
+				t.Errorf("%q, taken by another: %v; want ErrNotHeld", key, errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Errorf("ExtendBatch of %q: %v", key, errs[i])
+			continue
+		}
+		if h, err := d.Inspect(ctx, key); err != nil || h.ExpiresIn < time.Hour-time.Minute {
+			t.Errorf("%q after ExtendBatch by an hour: %+v, %v", key, h, err)
+		}
+		if err := claims[i].Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // A batch whose call fails reports the failure for every claim in it,
 // not a refusal.
 func TestExtendBatchTransportError(t *testing.T) {
