@@ -25,7 +25,8 @@ func (d *LeaseStore) Batchable(c fence.Claim) bool {
 // UPDATE joined with the claims, sent as arrays (unnest), which extends
 // each claim's row on the conditions of its Extend (key, owner, and
 // extendable: not past its expiry, so not in its lock-delay) and returns
-// the position of every claim it extended; the others are refused.
+// the positions of the claims it extended, in one array (one row to
+// read, not one per claim); the others are refused.
 //
 // One statement rather than a pipeline of the claims' own Extend
 // statements (a pgx.Batch, one round trip too): the server plans, starts
@@ -64,23 +65,15 @@ func (d *LeaseStore) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls
 	owners := textArray(len(at), func(j int) string { return cs[at[j]].owner })
 	ttlUS := intArray(len(at), func(j int) int64 { return micros(ttls[at[j]]) })
 	extended := make([]bool, len(claims))
-	rows, err := d.pool.Query(ctx, d.qExtendBatch, keys, owners, ttlUS)
+	var done []int64 // 1-based, from WITH ORDINALITY; NULL (nil) if none
+	err := d.pool.QueryRow(ctx, d.qExtendBatch, keys, owners, ttlUS).Scan(&done)
 	if err == nil {
-		var j int64       // 1-based, from WITH ORDINALITY
-		dest := []any{&j} // made once: a Scan(&j) per row would make one each
-		for rows.Next() {
-			if err = rows.Scan(dest...); err != nil {
-				break
-			}
+		for _, j := range done {
 			if j < 1 || j > int64(len(at)) {
 				err = fmt.Errorf("extended claim %d of %d", j, len(at))
 				break
 			}
 			extended[at[j-1]] = true
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
 		}
 	}
 	for _, i := range at {

@@ -102,10 +102,11 @@ func NewLeaseStore(pool *pgxpool.Pool, opts ...Option) (*LeaseStore, error) {
 	// lock-delay or not.
 	d.qExtend = `UPDATE ` + L + ` AS l SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 		WHERE l.key = $1 AND l.owner = $2 AND ` + extendable
-	d.qExtendBatch = `UPDATE ` + L + ` AS l SET expires_at = clock_timestamp() + t.ttl_us * interval '1 microsecond'
+	d.qExtendBatch = `WITH done AS (UPDATE ` + L + ` AS l SET expires_at = clock_timestamp() + t.ttl_us * interval '1 microsecond'
 		FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS t(key, owner, ttl_us, i)
 		WHERE l.key = t.key AND l.owner = t.owner AND ` + extendable + `
-		RETURNING t.i`
+		RETURNING t.i)
+		SELECT array_agg(i) FROM done`
 
 	// Release clears the owner only if it is ours, keeps the token and the
 	// expiry (so it can tell whether the lease had expired) and announces
