@@ -136,6 +136,13 @@ newline`, `plain`}
 			t.Error(err)
 		}
 	}
+	// A batch none of whose claims is held: no position comes back (a
+	// NULL array), and each is refused.
+	for i, err := range d.ExtendBatch(ctx, claims[:2], ttls[:2]) {
+		if !errors.Is(err, fence.ErrNotHeld) {
+			t.Errorf("ExtendBatch of released %q: %v; want ErrNotHeld", keys[i], err)
+		}
+	}
 }
 
 // A batch whose call fails reports the failure for every claim in it,
