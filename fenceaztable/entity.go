@@ -10,6 +10,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/metajson"
 )
 
 // The entity of a key, as properties of the Table service:
@@ -126,12 +127,7 @@ func parseEntity(b []byte) (entity, error) {
 	if n, ok := int64Prop(raw.DelayMs); ok && n > 0 {
 		e.delay = time.Duration(n) * time.Millisecond
 	}
-	if raw.Meta != "" {
-		var m map[string]string
-		if json.Unmarshal([]byte(raw.Meta), &m) == nil {
-			e.meta = m
-		}
-	}
+	e.meta = metajson.Decode(raw.Meta)
 	return e, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/metajson"
 )
 
 // The item of a key, as DynamoDB attributes:
@@ -139,12 +140,7 @@ func parseItem(m map[string]types.AttributeValue) item {
 	if n, err := strconv.ParseInt(num(m[attrDelay]), 10, 64); err == nil && n > 0 {
 		it.delay = time.Duration(n) * time.Millisecond
 	}
-	if js := str(m[attrMeta]); js != "" {
-		var meta map[string]string
-		if json.Unmarshal([]byte(js), &meta) == nil {
-			it.meta = meta
-		}
-	}
+	it.meta = metajson.Decode(str(m[attrMeta]))
 	return it
 }
 

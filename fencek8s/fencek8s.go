@@ -86,7 +86,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -379,9 +378,7 @@ func keyOf(l *coordinationv1.Lease) string {
 // holder describes l's holder; left is how long it may still hold l.
 func (d *Store) holder(key string, l *coordinationv1.Lease, left time.Duration) fence.Holder {
 	h := fence.Holder{Key: key, Owner: holderOf(l), Token: token(l), ExpiresIn: max(left, time.Millisecond)}
-	if m := l.Annotations[AnnotationMeta]; m != "" {
-		_ = json.Unmarshal([]byte(m), &h.Meta)
-	}
+	h.Meta = metajson.Decode(l.Annotations[AnnotationMeta])
 	return h
 }
 

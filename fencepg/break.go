@@ -2,7 +2,6 @@ package fencepg
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/metajson"
 )
 
 var (
@@ -48,9 +48,7 @@ func (d *LeaseStore) Break(ctx context.Context, key string, token int64) (fence.
 		}
 		h.Key, h.Owner, h.ExpiresIn = key, *owner, time.Duration(left)*time.Microsecond
 		live = true
-		if len(meta) > 0 {
-			_ = json.Unmarshal(meta, &h.Meta) // metadata is informational
-		}
+		h.Meta = metajson.Decode(string(meta)) // metadata is informational
 		if token != 0 && h.Token != token {
 			return nil
 		}

@@ -3,7 +3,6 @@ package fencepg
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -227,9 +226,7 @@ func (d *LeaseStore) heldError(ctx context.Context, key string) error {
 	// A holder whose time ran out since the try gets the least ExpiresIn,
 	// not 0 (unknown): the waiter then tries again at once.
 	h := fence.Holder{Key: key, Token: token, Owner: owner, ExpiresIn: time.Duration(max(leftUS, 1)) * time.Microsecond}
-	if len(meta) > 0 {
-		_ = json.Unmarshal(meta, &h.Meta) // metadata is informational
-	}
+	h.Meta = metajson.Decode(string(meta)) // metadata is informational
 	return &fence.HeldError{Key: key, Holder: &h}
 }
 

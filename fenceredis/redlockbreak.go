@@ -2,12 +2,12 @@ package fenceredis
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/fencing/fence"
+	"github.com/fencing/fence/internal/kit/metajson"
 )
 
 var _ fence.Breaker = (*Redlock)(nil)
@@ -75,9 +75,7 @@ func (r *Redlock) Break(ctx context.Context, key string, token int64) (fence.Hol
 	}
 	owner, meta := splitValue(value)
 	h := fence.Holder{Key: key, Owner: owner, Token: top[value]}
-	if meta != "" {
-		_ = json.Unmarshal([]byte(meta), &h.Meta) // metadata is informational
-	}
+	h.Meta = metajson.Decode(meta) // metadata is informational
 	if token != 0 && token != h.Token {
 		return fence.Holder{}, &fence.HeldError{Key: key, Holder: &h}
 	}

@@ -1,7 +1,6 @@
 package fenceredis
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -226,9 +225,7 @@ func parseHolder(key string, vals []any) (h fence.Holder, held bool, err error) 
 	if vals[3] != nil {
 		h.Token, _ = toInt(vals[3])
 	}
-	if meta != "" {
-		_ = json.Unmarshal([]byte(meta), &h.Meta) // metadata is informational
-	}
+	h.Meta = metajson.Decode(meta) // metadata is informational
 	return h, true, nil
 }
 

@@ -3,7 +3,6 @@ package fencesqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -450,7 +449,7 @@ func scanHolder(rows *sql.Rows) (fence.Holder, error) {
 // its metadata.
 func fill(h *fence.Holder, meta sql.NullString, leftUS int64) {
 	h.ExpiresIn = time.Duration(max(leftUS, 1)) * time.Microsecond
-	if meta.Valid && meta.String != "" {
-		_ = json.Unmarshal([]byte(meta.String), &h.Meta) // metadata is informational
+	if meta.Valid {
+		h.Meta = metajson.Decode(meta.String) // metadata is informational
 	}
 }
