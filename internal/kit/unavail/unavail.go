@@ -23,15 +23,38 @@ import (
 // Mark returns err marked with fence.ErrUnavailable if the network or the
 // store could not answer: Network(err), or store(err) for a non-nil
 // store. Any other error, nil included, comes back unchanged, and so does
-// one that is marked already. The mark keeps err's message and its chain.
+// one that is marked already, and one that is nothing but the store's
+// answer (answer). The mark keeps err's message and its chain.
 func Mark(err error, store func(error) bool) error {
-	if err == nil || errors.Is(err, fence.ErrUnavailable) {
+	if err == nil || answer(err) || errors.Is(err, fence.ErrUnavailable) {
 		return err
 	}
 	if Network(err) || store != nil && store(err) {
 		return &marked{err}
 	}
 	return err
+}
+
+// answer reports whether err is the store's answer and nothing else: a
+// chain of single wraps that ends at a fence.HeldError, fence.ErrHeld or
+// fence.ErrNotHeld. Such an error is never unavailability, and the store
+// predicates, which read an error's message, are not asked: every waiter
+// that loses a race for a released key gets a HeldError, whose message
+// is formatted anew on every call. An error that joins an answer with
+// anything else (a Redlock's servers that answered differently) is not
+// one, and is judged whole.
+func answer(err error) bool {
+	for err != nil {
+		if _, ok := err.(*fence.HeldError); ok || err == fence.ErrHeld || err == fence.ErrNotHeld {
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
 }
 
 // MarkLive is Mark for an acquisition made under ctx: an error once ctx

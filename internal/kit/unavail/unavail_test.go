@@ -47,6 +47,33 @@ func TestMark(t *testing.T) {
 	}
 }
 
+// The store's answers (held, not held) come back as they are, without
+// asking the store's predicate, which would read their messages.
+func TestMarkLeavesAnswers(t *testing.T) {
+	asked := 0
+	store := func(error) bool { asked++; return true }
+	for _, err := range []error{
+		&fence.HeldError{Key: "k", Holder: &fence.Holder{Owner: "o"}},
+		fmt.Errorf("driver: acquire: %w", &fence.HeldError{Key: "k"}),
+		fmt.Errorf("%w: k is no longer held", fence.ErrNotHeld),
+	} {
+		if got := Mark(err, store); got != err {
+			t.Errorf("Mark(%v) = %v; want it unchanged", err, got)
+		}
+	}
+	if asked != 0 {
+		t.Errorf("the store's predicate was asked %d times about the store's answers", asked)
+	}
+	// An answer joined with something else is judged whole.
+	held := &fence.HeldError{Key: "k"}
+	if err := Mark(fmt.Errorf("%w: %w", held, io.EOF), nil); !errors.Is(err, fence.ErrUnavailable) {
+		t.Errorf("Mark of a HeldError joined with EOF: %v; want it marked", err)
+	}
+	if err := Mark(errors.Join(held, errLoading), func(err error) bool { return errors.Is(err, errLoading) }); !errors.Is(err, fence.ErrUnavailable) {
+		t.Errorf("Mark of a HeldError joined with the store's own: %v; want it marked", err)
+	}
+}
+
 func TestMarkLive(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := MarkLive(ctx, io.EOF, nil); !errors.Is(err, fence.ErrUnavailable) {
