@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -99,13 +98,7 @@ func (bc *batchCall) send(ctx context.Context, p redis.Pipeliner, eval bool) {
 	case bc.script != nil:
 		bc.cmd = bc.script.EvalSha(ctx, p, bc.keys, bc.args...)
 	default:
-		args := bc.args
-		if eval {
-			args = slices.Clone(args)
-			args[0], args[1] = "eval", extendAllLua
-		}
-		bc.cmd = redis.NewCmd(ctx, args...)
-		bc.cmd.SetFirstKeyPos(3)
+		bc.cmd = extendAllScript.cmd(ctx, bc.args, eval)
 		_ = p.Process(ctx, bc.cmd)
 	}
 }
@@ -115,10 +108,9 @@ func (bc *batchCall) send(ctx context.Context, p redis.Pipeliner, eval bool) {
 // script for each claim with a lock-delay. A claim of another driver gets
 // its error in errs and no call.
 //
-// The EVALSHA of extendAllScript is built here, not by go-redis's
-// Script, which would put every key and argument in an interface of its
-// own: a claim's names and value are put in theirs at its first batch and
-// kept, and the TTLs once per batch.
+// The EVALSHA of extendAllScript is built here (hotScript): a claim's
+// names and value are put in interfaces at its first batch and kept, and
+// the TTLs are the Store's (boxedTTL).
 func (s *Store) batchCalls(claims []fence.Claim, ttls []time.Duration, errs []error) []batchCall {
 	_, cluster := s.rdb.(*redis.ClusterClient)
 	var calls []batchCall
@@ -146,8 +138,6 @@ func (s *Store) batchCalls(claims []fence.Claim, ttls []time.Duration, errs []er
 		}
 		calls[g].members = append(calls[g].members, i)
 	}
-	var ttl time.Duration
-	var ttlArgs [2]any
 	for g := range calls {
 		bc := &calls[g]
 		if bc.script != nil {
@@ -155,19 +145,15 @@ func (s *Store) batchCalls(claims []fence.Claim, ttls []time.Duration, errs []er
 		}
 		n := len(bc.members)
 		keys, argv := 3, 3+2*n
-		bc.args = make([]any, 3+5*n)
-		bc.args[0], bc.args[1], bc.args[2] = "evalsha", extendAllScript.Hash(), 2*n
+		bc.args = extendAllScript.call(2*n, 5*n)[:3+5*n]
 		for _, i := range bc.members {
 			c := claims[i].(*claim)
 			if c.boxed == nil {
 				c.boxed = &[3]any{c.n.lock, c.n.counter, c.value}
 			}
-			if ttls[i] != ttl || ttlArgs[0] == nil {
-				ttl = ttls[i]
-				ttlArgs = [2]any{ms(ttl), ms(ttl + s.retention)}
-			}
+			ttl := s.boxedTTL(ttls[i])
 			bc.args[keys], bc.args[keys+1] = c.boxed[0], c.boxed[1]
-			bc.args[argv], bc.args[argv+1], bc.args[argv+2] = c.boxed[2], ttlArgs[0], ttlArgs[1]
+			bc.args[argv], bc.args[argv+1], bc.args[argv+2] = c.boxed[2], ttl[0], ttl[1]
 			keys, argv = keys+2, argv+3
 		}
 	}

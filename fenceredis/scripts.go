@@ -1,7 +1,9 @@
 package fenceredis
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +59,7 @@ end
 // ARGV: lock value, ttl ms, counter ttl ms.
 // Reply: the token (an integer: Redis turns a Lua number into one,
 // exactly below 2^53) or heldReply.
-var acquireScript = redis.NewScript(heldReply + nextToken + `
+var acquireScript = newHotScript(heldReply + nextToken + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local value = redis.call('GET', KEYS[1])
   if value == ARGV[1] then
@@ -115,11 +117,8 @@ return 1
 // lock followed by its token counter. ARGV: for each lock, in the same
 // order, its value, ttl ms and counter ttl ms. Reply: for each lock, 1 if
 // extended, 0 if not held, or the error its commands answered (a string);
-// one lock's error does not stop the others. ExtendBatch sends it by its
-// own EVALSHA command (extendAll), hence the source apart.
-var extendAllScript = redis.NewScript(extendAllLua)
-
-const extendAllLua = `
+// one lock's error does not stop the others.
+var extendAllScript = newHotScript(`
 local out = {}
 for i = 1, #KEYS / 2 do
   local lock, counter, a = KEYS[2*i-1], KEYS[2*i], 3*i-2
@@ -143,7 +142,7 @@ for i = 1, #KEYS / 2 do
   end
 end
 return out
-`
+`)
 
 // publish defines announce(channel), the release announcement of every
 // script that frees a key: sharded pub/sub on Redis 7 and later (the
@@ -162,7 +161,7 @@ end
 // releaseScript is compare-and-DEL, then a message on the release channel
 // (announce). KEYS: the lock alone. ARGV: lock value, channel. Reply: 1,
 // or 0 if not held.
-var releaseScript = redis.NewScript(publish + `
+var releaseScript = newHotScript(publish + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -271,4 +270,73 @@ func toInt(v any) (int64, error) {
 		return strconv.ParseInt(v, 10, 64)
 	}
 	return 0, fmt.Errorf("not an integer: %v (%T)", v, v)
+}
+
+// hotScript is a script that a hot path (an acquisition, a release, a
+// batch renewal) sends by a command it builds itself. go-redis's Script
+// puts the SHA1, every key and every argument of each call in an
+// interface of its own and copies them all into a slice of its own; a
+// hotScript's SHA1 is boxed once, and its caller appends the keys and
+// arguments to the slice that call starts.
+type hotScript struct {
+	*redis.Script
+	src string
+	sha any // Hash(), boxed once
+}
+
+func newHotScript(src string) *hotScript {
+	s := redis.NewScript(src)
+	return &hotScript{Script: s, src: src, sha: s.Hash()}
+}
+
+// call starts the arguments of an EVALSHA of s with nkeys keys, with room
+// for n keys and arguments more; append them, keys first.
+func (s *hotScript) call(nkeys, n int) []any {
+	args := make([]any, 3, 3+n)
+	args[0], args[1], args[2] = "evalsha", s.sha, nkeys
+	return args
+}
+
+// cmd is the command of args, as call started them; as an EVAL of the
+// script's source if eval (which also loads it), in a copy of args.
+func (s *hotScript) cmd(ctx context.Context, args []any, eval bool) *redis.Cmd {
+	if eval {
+		args = slices.Clone(args)
+		args[0], args[1] = "eval", s.src
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	if args[2] != 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
+}
+
+// run sends the EVALSHA of args, and if the server lacks the script
+// (NOSCRIPT: a restart, a SCRIPT FLUSH) the same as an EVAL, as
+// Script.Run does.
+func (s *hotScript) run(ctx context.Context, c redis.UniversalClient, args []any) *redis.Cmd {
+	cmd := s.cmd(ctx, args, false)
+	_ = c.Process(ctx, cmd)
+	if noScript(cmd.Err()) {
+		cmd = s.cmd(ctx, args, true)
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// boxedTTL returns ms(ttl) and ms(ttl + the retention) in interfaces, as
+// the acquire and extend scripts take them: made once for the last TTL
+// asked, which nearly every call of a Client repeats.
+func (s *Store) boxedTTL(ttl time.Duration) *[2]any {
+	if b := s.ttlBox.Load(); b != nil && b.ttl == ttl {
+		return &b.args
+	}
+	b := &ttlBox{ttl: ttl, args: [2]any{ms(ttl), ms(ttl + s.retention)}}
+	s.ttlBox.Store(b)
+	return &b.args
+}
+
+type ttlBox struct {
+	ttl  time.Duration
+	args [2]any
 }

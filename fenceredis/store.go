@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,7 @@ type Store struct {
 	prefix    string
 	retention time.Duration
 	hub       *hub
+	ttlBox    atomic.Pointer[ttlBox] // see boxedTTL
 }
 
 var (
@@ -125,8 +127,9 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Clai
 	c := &claim{s: s, n: s.names(req.Key), key: req.Key, value: lockValue(req.Owner, req.Meta)}
 	c.keyArr = [2]string{c.n.lock, c.n.counter}
 	c.keys = c.keyArr[:] // in the claim's own allocation
-	reply, err := acquireScript.Run(ctx, s.rdb, c.keys,
-		c.value, ms(req.TTL), ms(req.TTL+s.retention)).Result()
+	ttl := s.boxedTTL(req.TTL)
+	args := append(acquireScript.call(2, 5), c.n.lock, c.n.counter, c.value, ttl[0], ttl[1])
+	reply, err := acquireScript.run(ctx, s.rdb, args).Result()
 	if err != nil {
 		return nil, fmt.Errorf("fenceredis: acquire %q: %w", req.Key, err)
 	}
@@ -193,7 +196,8 @@ func (s *Store) release(ctx context.Context, key, value string) error {
 }
 
 func (s *Store) releaseKeys(ctx context.Context, key string, keys []string, channel, value string) error {
-	ok, err := releaseScript.Run(ctx, s.rdb, keys[:1], value, channel).Int()
+	args := append(releaseScript.call(1, 3), keys[0], value, channel)
+	ok, err := releaseScript.run(ctx, s.rdb, args).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("fenceredis: release %q: %w", key, err)
