@@ -22,13 +22,7 @@ import (
 // goes on blocking the key (the batch neither revives it nor moves its
 // end).
 func TestExtendBatch(t *testing.T) {
-	_, pool := server(t)
-	ctx := ctxFor(t)
-	d, err := fencepg.NewLeaseStore(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, d, pool := leaseStore(t)
 	const short, long, delay = 300 * time.Millisecond, time.Minute, time.Minute
 	acquire := func(key string, ttl, delay time.Duration) fence.Claim {
 		t.Helper()
@@ -97,13 +91,7 @@ func TestExtendBatch(t *testing.T) {
 // braces, commas, blanks, NULL) are each extended, not misread, and a
 // claim that is not held among them is still refused.
 func TestExtendBatchKeysOfAnyText(t *testing.T) {
-	_, pool := server(t)
-	ctx := ctxFor(t)
-	d, err := fencepg.NewLeaseStore(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, d, pool := leaseStore(t)
 	keys := []string{`"`, `\`, `a\"b`, `{x,y}`, `, `, ` `, `NULL`, `"NULL"`, `é\\`, `tab	and
 newline`, `plain`}
 	var claims []fence.Claim
@@ -143,6 +131,18 @@ newline`, `plain`}
 			t.Errorf("ExtendBatch of released %q: %v; want ErrNotHeld", keys[i], err)
 		}
 	}
+}
+
+// leaseStore is a lease mode driver on a private server, closed with the
+// test.
+func leaseStore(t *testing.T) (context.Context, *fencepg.LeaseStore, *pgxpool.Pool) {
+	_, pool := server(t)
+	d, err := fencepg.NewLeaseStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return ctxFor(t), d, pool
 }
 
 // A batch whose call fails reports the failure for every claim in it,

@@ -20,88 +20,77 @@ import (
 // included, refuses the one whose lock someone else took without
 // touching the new holder, and reloads scripts the server lost.
 func TestExtendBatch(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		connect func(t *testing.T) string
-	}{
-		{"single", func(t *testing.T) string { return connectSingle(testserver.Redis(t)) }},
-		{"cluster", func(t *testing.T) string { return connectCluster(testserver.RedisCluster(t, 3)) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := testCtx(t)
-			connect := tc.connect(t)
-			s := mustOpen(t, connect).(*Store)
-			r := newRaw(t, connect)
-			const short, long = time.Second, time.Minute
-			req := func(key string, delay time.Duration) fence.Request {
-				return fence.Request{Key: key, Owner: "o-" + key, TTL: short, LockDelay: delay}
-			}
-			var claims []fence.Claim
-			for _, rq := range []fence.Request{req("a", 0), req("stolen", 0), req("delayed", time.Minute)} {
-				c, err := s.TryAcquire(ctx, rq)
-				if err != nil {
-					t.Fatal(err)
-				}
-				claims = append(claims, c)
-			}
-			if err := r.deleteLock(ctx, "stolen"); err != nil {
-				t.Fatal(err)
-			}
-			thief, err := s.TryAcquire(ctx, fence.Request{Key: "stolen", Owner: "thief", TTL: short})
+	onSingleAndCluster(t, func(t *testing.T, kind string, s *Store, r *raw) {
+		ctx := testCtx(t)
+		const short, long = time.Second, time.Minute
+		req := func(key string, delay time.Duration) fence.Request {
+			return fence.Request{Key: key, Owner: "o-" + key, TTL: short, LockDelay: delay}
+		}
+		var claims []fence.Claim
+		for _, rq := range []fence.Request{req("a", 0), req("stolen", 0), req("delayed", time.Minute)} {
+			c, err := s.TryAcquire(ctx, rq)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, c := range r.cs {
-				flush := func(ctx context.Context, n redis.Cmdable) error { return n.ScriptFlush(ctx).Err() }
-				if cc, ok := c.(*redis.ClusterClient); ok {
-					err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return flush(ctx, n) })
-				} else {
-					err = flush(ctx, c)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+			claims = append(claims, c)
+		}
+		if err := r.deleteLock(ctx, "stolen"); err != nil {
+			t.Fatal(err)
+		}
+		thief, err := s.TryAcquire(ctx, fence.Request{Key: "stolen", Owner: "thief", TTL: short})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range r.cs {
+			flush := func(ctx context.Context, n redis.Cmdable) error { return n.ScriptFlush(ctx).Err() }
+			if cc, ok := c.(*redis.ClusterClient); ok {
+				err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return flush(ctx, n) })
+			} else {
+				err = flush(ctx, c)
 			}
-			for _, c := range claims {
-				if !s.Batchable(c) {
-					t.Fatalf("claim %T not batchable", c)
-				}
+			if err != nil {
+				t.Fatal(err)
 			}
-			errs := s.ExtendBatch(ctx, claims, []time.Duration{long, long, long})
-			if len(errs) != 3 || errs[0] != nil || !errors.Is(errs[1], fence.ErrNotHeld) || errs[2] != nil {
-				t.Fatalf("ExtendBatch: %v; want nil, ErrNotHeld, nil", errs)
+		}
+		for _, c := range claims {
+			if !s.Batchable(c) {
+				t.Fatalf("claim %T not batchable", c)
 			}
-			for _, key := range []string{"a", "delayed"} {
-				h, err := s.Inspect(ctx, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if h.ExpiresIn < long-5*time.Second {
-					t.Errorf("%q expires in %v after ExtendBatch by %v", key, h.ExpiresIn, long)
-				}
+		}
+		errs := s.ExtendBatch(ctx, claims, []time.Duration{long, long, long})
+		if len(errs) != 3 || errs[0] != nil || !errors.Is(errs[1], fence.ErrNotHeld) || errs[2] != nil {
+			t.Fatalf("ExtendBatch: %v; want nil, ErrNotHeld, nil", errs)
+		}
+		for _, key := range []string{"a", "delayed"} {
+			h, err := s.Inspect(ctx, key)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if h, err := s.Inspect(ctx, "stolen"); err != nil || h.Owner != "thief" || h.ExpiresIn > short {
-				t.Errorf("the new holder after a refused ExtendBatch: %+v, %v", h, err)
+			if h.ExpiresIn < long-5*time.Second {
+				t.Errorf("%q expires in %v after ExtendBatch by %v", key, h.ExpiresIn, long)
 			}
-			// The delayed claim's end moved on too: its Extend succeeds,
-			// and once expired in the store it is refused as alone.
-			if err := claims[2].Extend(ctx, short); err != nil {
-				t.Errorf("Extend of the delayed claim after ExtendBatch: %v", err)
-			}
-			time.Sleep(short + 100*time.Millisecond)
-			errs = s.ExtendBatch(ctx, []fence.Claim{claims[0], claims[2]}, []time.Duration{short, short})
-			if errs[0] != nil || !errors.Is(errs[1], fence.ErrNotHeld) {
-				t.Errorf("ExtendBatch with the delayed lease's end passed: %v; want nil, ErrNotHeld", errs)
-			}
-			// Its lock-delay runs: the key stays blocked.
-			if _, err := s.TryAcquire(ctx, fence.Request{Key: "delayed", Owner: "other", TTL: short}); !errors.Is(err, fence.ErrHeld) {
-				t.Errorf("TryAcquire within the lock-delay of a lease extended in a batch: %v; want ErrHeld", err)
-			}
-			for _, c := range []fence.Claim{claims[0], thief} {
-				_ = c.Release(ctx)
-			}
-		})
-	}
+		}
+		if h, err := s.Inspect(ctx, "stolen"); err != nil || h.Owner != "thief" || h.ExpiresIn > short {
+			t.Errorf("the new holder after a refused ExtendBatch: %+v, %v", h, err)
+		}
+		// The delayed claim's end moved on too: its Extend succeeds,
+		// and once expired in the store it is refused as alone.
+		if err := claims[2].Extend(ctx, short); err != nil {
+			t.Errorf("Extend of the delayed claim after ExtendBatch: %v", err)
+		}
+		time.Sleep(short + 100*time.Millisecond)
+		errs = s.ExtendBatch(ctx, []fence.Claim{claims[0], claims[2]}, []time.Duration{short, short})
+		if errs[0] != nil || !errors.Is(errs[1], fence.ErrNotHeld) {
+			t.Errorf("ExtendBatch with the delayed lease's end passed: %v; want nil, ErrNotHeld", errs)
+		}
+		// Its lock-delay runs: the key stays blocked.
+		if _, err := s.TryAcquire(ctx, fence.Request{Key: "delayed", Owner: "other", TTL: short}); !errors.Is(err, fence.ErrHeld) {
+			t.Errorf("TryAcquire within the lock-delay of a lease extended in a batch: %v; want ErrHeld", err)
+		}
+		for _, c := range []fence.Claim{claims[0], thief} {
+			_ = c.Release(ctx)
+		}
+	})
 }
 
 // The claims of one hash slot share a script in a batch, and each gets
@@ -110,90 +99,96 @@ func TestExtendBatch(t *testing.T) {
 // are extended all the same. On a Cluster, keys of one slot share a
 // script and keys of others do not.
 func TestExtendBatchEachOnItsOwn(t *testing.T) {
+	onSingleAndCluster(t, func(t *testing.T, kind string, s *Store, r *raw) {
+		ctx := testCtx(t)
+		const short, long = 5 * time.Second, time.Minute
+		// Keys: a and b share a slot with stolen and wrong (found by
+		// search), c has a slot of its own.
+		slotOf := func(key string) uint16 { return crc16(hashed(lockNames(DefaultPrefix, key).lock)) % 16384 }
+		keys := []string{"a"}
+		for i := 0; len(keys) < 4; i++ {
+			if k := "k" + strconv.Itoa(i); slotOf(k) == slotOf("a") {
+				keys = append(keys, k)
+			}
+		}
+		a, stolen, wrong, b := keys[0], keys[1], keys[2], keys[3]
+		c := "c"
+		if slotOf(c) == slotOf(a) {
+			t.Fatal("c shares a's slot")
+		}
+		var claims []fence.Claim
+		for _, key := range []string{a, stolen, c, wrong, b} {
+			cl, err := s.TryAcquire(ctx, fence.Request{Key: key, Owner: "o-" + key, TTL: short})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims = append(claims, cl)
+		}
+		if err := r.deleteLock(ctx, stolen); err != nil {
+			t.Fatal(err)
+		}
+		thief, err := s.TryAcquire(ctx, fence.Request{Key: stolen, Owner: "thief", TTL: short})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.deleteLock(ctx, wrong); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.cs[0].HSet(ctx, lockNames(DefaultPrefix, wrong).lock, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		calls := s.batchCalls(claims, []time.Duration{long, long, long, long, long}, make([]error, len(claims)))
+		want := 1
+		if kind == "cluster" {
+			want = 2
+		}
+		if len(calls) != want {
+			t.Errorf("%d scripts for a batch of two slots; want %d", len(calls), want)
+		}
+		errs := s.ExtendBatch(ctx, claims, []time.Duration{long, long, long, long, long})
+		for i, key := range []string{a, stolen, c, wrong, b} {
+			err := errs[i]
+			switch key {
+			case stolen:
+				if !errors.Is(err, fence.ErrNotHeld) {
+					t.Errorf("%s (taken by another): %v; want ErrNotHeld", key, err)
+				}
+			case wrong:
+				if err == nil || errors.Is(err, fence.ErrNotHeld) || !strings.Contains(err.Error(), "WRONGTYPE") {
+					t.Errorf("%s (another type): %v; want the server's WRONGTYPE", key, err)
+				}
+			default:
+				if err != nil {
+					t.Errorf("%s: %v", key, err)
+				}
+				if h, err := s.Inspect(ctx, key); err != nil || h.ExpiresIn < long-5*time.Second {
+					t.Errorf("%s after ExtendBatch by %v: %+v, %v", key, long, h, err)
+				}
+			}
+		}
+		if h, err := s.Inspect(ctx, stolen); err != nil || h.Owner != "thief" || h.ExpiresIn > short {
+			t.Errorf("the new holder after a refused ExtendBatch: %+v, %v", h, err)
+		}
+		for _, cl := range []fence.Claim{claims[0], claims[2], claims[4], thief} {
+			_ = cl.Release(ctx)
+		}
+		_ = r.cs[0].Del(ctx, lockNames(DefaultPrefix, wrong).lock).Err()
+	})
+}
+
+// onSingleAndCluster runs f on a single server and on a Cluster of three
+// masters, with a Store and raw access to the deployment's servers.
+func onSingleAndCluster(t *testing.T, f func(t *testing.T, kind string, s *Store, r *raw)) {
 	for _, tc := range []struct {
-		name    string
+		kind    string
 		connect func(t *testing.T) string
 	}{
 		{"single", func(t *testing.T) string { return connectSingle(testserver.Redis(t)) }},
 		{"cluster", func(t *testing.T) string { return connectCluster(testserver.RedisCluster(t, 3)) }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := testCtx(t)
+		t.Run(tc.kind, func(t *testing.T) {
 			connect := tc.connect(t)
-			s := mustOpen(t, connect).(*Store)
-			r := newRaw(t, connect)
-			const short, long = 5 * time.Second, time.Minute
-			// Keys: a and b share a slot with stolen and wrong (found by
-			// search), c has a slot of its own.
-			slotOf := func(key string) uint16 { return crc16(hashed(lockNames(DefaultPrefix, key).lock)) % 16384 }
-			keys := []string{"a"}
-			for i := 0; len(keys) < 4; i++ {
-				if k := "k" + strconv.Itoa(i); slotOf(k) == slotOf("a") {
-					keys = append(keys, k)
-				}
-			}
-			a, stolen, wrong, b := keys[0], keys[1], keys[2], keys[3]
-			c := "c"
-			if slotOf(c) == slotOf(a) {
-				t.Fatal("c shares a's slot")
-			}
-			var claims []fence.Claim
-			for _, key := range []string{a, stolen, c, wrong, b} {
-				cl, err := s.TryAcquire(ctx, fence.Request{Key: key, Owner: "o-" + key, TTL: short})
-				if err != nil {
-					t.Fatal(err)
-				}
-				claims = append(claims, cl)
-			}
-			if err := r.deleteLock(ctx, stolen); err != nil {
-				t.Fatal(err)
-			}
-			thief, err := s.TryAcquire(ctx, fence.Request{Key: stolen, Owner: "thief", TTL: short})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.deleteLock(ctx, wrong); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.cs[0].HSet(ctx, lockNames(DefaultPrefix, wrong).lock, "f", "v").Err(); err != nil {
-				t.Fatal(err)
-			}
-			calls := s.batchCalls(claims, []time.Duration{long, long, long, long, long}, make([]error, len(claims)))
-			want := 1
-			if tc.name == "cluster" {
-				want = 2
-			}
-			if len(calls) != want {
-				t.Errorf("%d scripts for a batch of two slots; want %d", len(calls), want)
-			}
-			errs := s.ExtendBatch(ctx, claims, []time.Duration{long, long, long, long, long})
-			for i, key := range []string{a, stolen, c, wrong, b} {
-				err := errs[i]
-				switch key {
-				case stolen:
-					if !errors.Is(err, fence.ErrNotHeld) {
-						t.Errorf("%s (taken by another): %v; want ErrNotHeld", key, err)
-					}
-				case wrong:
-					if err == nil || errors.Is(err, fence.ErrNotHeld) || !strings.Contains(err.Error(), "WRONGTYPE") {
-						t.Errorf("%s (another type): %v; want the server's WRONGTYPE", key, err)
-					}
-				default:
-					if err != nil {
-						t.Errorf("%s: %v", key, err)
-					}
-					if h, err := s.Inspect(ctx, key); err != nil || h.ExpiresIn < long-5*time.Second {
-						t.Errorf("%s after ExtendBatch by %v: %+v, %v", key, long, h, err)
-					}
-				}
-			}
-			if h, err := s.Inspect(ctx, stolen); err != nil || h.Owner != "thief" || h.ExpiresIn > short {
-				t.Errorf("the new holder after a refused ExtendBatch: %+v, %v", h, err)
-			}
-			for _, cl := range []fence.Claim{claims[0], claims[2], claims[4], thief} {
-				_ = cl.Release(ctx)
-			}
-			_ = r.cs[0].Del(ctx, lockNames(DefaultPrefix, wrong).lock).Err()
+			f(t, tc.kind, mustOpen(t, connect).(*Store), newRaw(t, connect))
 		})
 	}
 }
