@@ -34,11 +34,16 @@ func (s *Store) Batchable(c fence.Claim) bool {
 func (s *Store) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls []time.Duration) []error {
 	errs := make([]error, len(claims))
 	calls := s.batchCalls(claims, ttls, errs)
-	send := func(eval bool) {
+	first := s.evalFirst(extendAllScript) // its first batch sends an EVAL, which loads it
+	send := func(retry bool) {
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range calls {
-				if !eval || noScript(calls[i].cmd.Err()) {
-					calls[i].send(ctx, p, eval)
+				bc := &calls[i]
+				switch {
+				case !retry:
+					bc.send(ctx, p, bc.script == nil && first)
+				case noScript(bc.cmd.Err()):
+					bc.send(ctx, p, true)
 				}
 			}
 			return nil
@@ -48,6 +53,12 @@ func (s *Store) ExtendBatch(ctx context.Context, claims []fence.Claim, ttls []ti
 	for i := range calls {
 		if noScript(calls[i].cmd.Err()) {
 			send(true)
+			break
+		}
+	}
+	for i := range calls {
+		if calls[i].script == nil && calls[i].cmd.Err() == nil {
+			s.loaded(extendAllScript)
 			break
 		}
 	}

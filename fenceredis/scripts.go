@@ -281,12 +281,21 @@ func toInt(v any) (int64, error) {
 type hotScript struct {
 	*redis.Script
 	src string
-	sha any // Hash(), boxed once
+	sha any    // Hash(), boxed once
+	bit uint32 // its bit in a Store's loaded
 }
 
+// hotScripts counts the hotScripts made, each given a bit of its own.
+var hotScripts int
+
 func newHotScript(src string) *hotScript {
+	if hotScripts == 32 {
+		panic("fenceredis: more hot scripts than Store.loaded has bits")
+	}
 	s := redis.NewScript(src)
-	return &hotScript{Script: s, src: src, sha: s.Hash()}
+	h := &hotScript{Script: s, src: src, sha: s.Hash(), bit: 1 << hotScripts}
+	hotScripts++
+	return h
 }
 
 // call starts the arguments of an EVALSHA of s with nkeys keys, with room
@@ -311,15 +320,41 @@ func (s *hotScript) cmd(ctx context.Context, args []any, eval bool) *redis.Cmd {
 	return cmd
 }
 
-// run sends the EVALSHA of args, and if the server lacks the script
-// (NOSCRIPT: a restart, a SCRIPT FLUSH) the same as an EVAL, as
-// Script.Run does.
-func (s *hotScript) run(ctx context.Context, c redis.UniversalClient, args []any) *redis.Cmd {
-	cmd := s.cmd(ctx, args, false)
-	_ = c.Process(ctx, cmd)
-	if noScript(cmd.Err()) {
-		cmd = s.cmd(ctx, args, true)
-		_ = c.Process(ctx, cmd)
+// evalFirst reports whether a call of h should be an EVAL: the Store has
+// not yet seen its server run h, so an EVALSHA would most likely come
+// back NOSCRIPT and cost a round trip more. loaded marks it seen.
+func (s *Store) evalFirst(h *hotScript) bool { return s.scripts.Load()&h.bit == 0 }
+
+// loaded notes that the Store's server ran h (an EVAL loads it): later
+// calls send its EVALSHA. On a Cluster each master loads it on its own
+// first EVAL; until then an EVALSHA there answers NOSCRIPT and is sent
+// again as an EVAL.
+func (s *Store) loaded(h *hotScript) {
+	if !s.evalFirst(h) {
+		return
+	}
+	for {
+		old := s.scripts.Load()
+		if s.scripts.CompareAndSwap(old, old|h.bit) {
+			return
+		}
+	}
+}
+
+// runHot sends the EVALSHA of args (an EVAL the first time, evalFirst),
+// and if the server lacks the script (NOSCRIPT: a restart, a SCRIPT
+// FLUSH) the same as an EVAL, as Script.Run does.
+func (s *Store) runHot(ctx context.Context, h *hotScript, args []any) *redis.Cmd {
+	eval := s.evalFirst(h)
+	cmd := h.cmd(ctx, args, eval)
+	_ = s.rdb.Process(ctx, cmd)
+	if !eval && noScript(cmd.Err()) {
+		eval = true
+		cmd = h.cmd(ctx, args, true)
+		_ = s.rdb.Process(ctx, cmd)
+	}
+	if eval && cmd.Err() == nil {
+		s.loaded(h)
 	}
 	return cmd
 }

@@ -30,6 +30,7 @@ type Store struct {
 	retention time.Duration
 	hub       *hub
 	ttlBox    atomic.Pointer[ttlBox] // see boxedTTL
+	scripts   atomic.Uint32          // the hotScripts seen run here, a bit each (see evalFirst)
 }
 
 var (
@@ -129,7 +130,7 @@ func (s *Store) TryAcquire(ctx context.Context, req fence.Request) (_ fence.Clai
 	c.keys = c.keyArr[:] // in the claim's own allocation
 	ttl := s.boxedTTL(req.TTL)
 	args := append(acquireScript.call(2, 5), c.n.lock, c.n.counter, c.value, ttl[0], ttl[1])
-	reply, err := acquireScript.run(ctx, s.rdb, args).Result()
+	reply, err := s.runHot(ctx, acquireScript, args).Result()
 	if err != nil {
 		return nil, fmt.Errorf("fenceredis: acquire %q: %w", req.Key, err)
 	}
@@ -197,7 +198,7 @@ func (s *Store) release(ctx context.Context, key, value string) error {
 
 func (s *Store) releaseKeys(ctx context.Context, key string, keys []string, channel, value string) error {
 	args := append(releaseScript.call(1, 3), keys[0], value, channel)
-	ok, err := releaseScript.run(ctx, s.rdb, args).Int()
+	ok, err := s.runHot(ctx, releaseScript, args).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("fenceredis: release %q: %w", key, err)

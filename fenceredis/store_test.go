@@ -123,8 +123,9 @@ func commandCalls(t *testing.T, ctx context.Context, rdb *redis.Client, cmd stri
 	return 0
 }
 
-// Scripts run by EVALSHA; a restarted server has none cached and answers
-// NOSCRIPT, and the driver falls back to EVAL once, which caches it again.
+// Scripts run by EVALSHA, but a Store's first call of each by EVAL, which
+// loads it; a restarted server has none cached and answers NOSCRIPT, and
+// the driver falls back to EVAL once, which caches it again.
 func TestScriptsReloadedAfterRestart(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.Redis(t)
@@ -142,7 +143,10 @@ func TestScriptsReloadedAfterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cycle()
+	cycle() // the Store's first: EVAL at once, which loads each script
+	if evals, shas := commandCalls(t, ctx, rdb, "eval"), commandCalls(t, ctx, rdb, "evalsha"); evals != 2 || shas != 0 {
+		t.Errorf("a Store's first acquire and release ran %d EVALs and %d EVALSHAs; want 2 and 0 (no NOSCRIPT round trip)", evals, shas)
+	}
 	srv.Restart()
 	cycle() // NOSCRIPT for acquire and release, then EVAL for each
 	if evals := commandCalls(t, ctx, rdb, "eval"); evals != 2 {
