@@ -31,8 +31,15 @@ import (
 
 // wipeZK deletes the root znode and everything under it: the keys'
 // queues, their holders' znodes and the token epoch. Other sessions'
-// ephemeral znodes can be deleted by anyone; a queue that gains a child
-// while it is being emptied is emptied again.
+// ephemeral znodes can be deleted by anyone.
+//
+// A znode goes with its children in one multi, so that a contender that
+// queues meanwhile fails the whole multi, which is then tried again: a
+// busy queue (semaphores and reader-writer locks queue busily, and their
+// waiters queue again at once when their entry vanishes) emptied one
+// child at a time could refill as fast as it emptied. A multi that fails
+// for another reason (a child with children of its own) takes the
+// children one by one, the same way, before the next try.
 func wipeZK(addrs []string, root string) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
 		conn, _, err := zk.Connect(addrs, 10*time.Second, zk.WithLogger(zkQuiet{}))
@@ -52,22 +59,25 @@ func wipeZK(addrs []string, root string) func(context.Context) (string, error) {
 				if err != nil {
 					return err
 				}
+				ops := make([]any, 0, len(kids)+1)
+				for _, k := range kids {
+					ops = append(ops, &zk.DeleteRequest{Path: path + "/" + k, Version: -1})
+				}
+				ops = append(ops, &zk.DeleteRequest{Path: path, Version: -1})
+				err = multiErr(conn.Multi(ops...))
+				switch {
+				case err == nil:
+					n += len(ops)
+					return nil
+				case !errors.Is(err, zk.ErrNotEmpty) && !errors.Is(err, zk.ErrNoNode):
+					return fmt.Errorf("delete %s: %w", path, err)
+				case time.Now().After(deadline) || ctx.Err() != nil:
+					return fmt.Errorf("delete %s: still not empty after 10s: %w", path, err)
+				}
 				for _, k := range kids {
 					if err := del(path + "/" + k); err != nil {
 						return err
 					}
-				}
-				switch err := conn.Delete(path, -1); {
-				case err == nil:
-					n++
-					return nil
-				case errors.Is(err, zk.ErrNoNode):
-					return nil
-				case errors.Is(err, zk.ErrNotEmpty) && time.Now().Before(deadline) && ctx.Err() == nil:
-					// A contender queued meanwhile (semaphores and
-					// reader-writer locks queue busily): empty it again.
-				default:
-					return fmt.Errorf("delete %s: %w", path, err)
 				}
 			}
 		}
@@ -79,6 +89,20 @@ func wipeZK(addrs []string, root string) func(context.Context) (string, error) {
 		}
 		return fmt.Sprintf("deleted %s and the %d znodes under it", root, n-1), nil
 	}
+}
+
+// multiErr is the error of a multi: the call's, or its first failed
+// operation's.
+func multiErr(res []zk.MultiResponse, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.Error != nil {
+			return r.Error
+		}
+	}
+	return nil
 }
 
 // zkQuiet drops go-zookeeper's connection log.
