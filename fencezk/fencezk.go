@@ -387,6 +387,12 @@ func (d *Store) enqueue(ctx context.Context, req fence.Request) (path string, to
 			)
 			return err
 		}, func() { d.abandonPrefix(parent, prefix) })
+		if err != nil && ctx.Err() != nil {
+			// The wait ended: the multi may still be running, and writes
+			// resp when it returns (await's late cleans up after it), so
+			// resp is not read here.
+			return "", 0, 0, 0, err
+		}
 		if err == nil && d.sameSession(e) {
 			st := resp[2].Stat
 			token, err := d.token(ctx, e, st.Mzxid)
@@ -605,7 +611,9 @@ func (d *Store) retryGone(del func() error) {
 
 // await runs fn, a ZooKeeper call that takes no context, and returns its
 // error, or ctx's if ctx ends first. In that case fn still completes in
-// the background, and late (if set) runs after it succeeds.
+// the background, and late (if set) runs after it succeeds; so a caller
+// reads what fn writes only once await returned fn's own answer, never
+// after ctx ended.
 func (d *Store) await(ctx context.Context, fn func() error, late func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
