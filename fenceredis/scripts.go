@@ -279,10 +279,9 @@ func toInt(v any) (int64, error) {
 // hotScript's SHA1 is boxed once, and its caller appends the keys and
 // arguments to the slice that call starts.
 type hotScript struct {
-	*redis.Script
 	src string
-	sha any    // Hash(), boxed once
-	bit uint32 // its bit in a Store's loaded
+	sha any    // the SHA1 of src, boxed once
+	bit uint32 // its bit in a Store's scripts
 }
 
 // hotScripts counts the hotScripts made, each given a bit of its own.
@@ -290,10 +289,9 @@ var hotScripts int
 
 func newHotScript(src string) *hotScript {
 	if hotScripts == 32 {
-		panic("fenceredis: more hot scripts than Store.loaded has bits")
+		panic("fenceredis: more hot scripts than Store.scripts has bits")
 	}
-	s := redis.NewScript(src)
-	h := &hotScript{Script: s, src: src, sha: s.Hash(), bit: 1 << hotScripts}
+	h := &hotScript{src: src, sha: redis.NewScript(src).Hash(), bit: 1 << hotScripts}
 	hotScripts++
 	return h
 }
@@ -330,15 +328,7 @@ func (s *Store) evalFirst(h *hotScript) bool { return s.scripts.Load()&h.bit == 
 // first EVAL; until then an EVALSHA there answers NOSCRIPT and is sent
 // again as an EVAL.
 func (s *Store) loaded(h *hotScript) {
-	if !s.evalFirst(h) {
-		return
-	}
-	for {
-		old := s.scripts.Load()
-		if s.scripts.CompareAndSwap(old, old|h.bit) {
-			return
-		}
-	}
+	s.scripts.Or(h.bit)
 }
 
 // runHot sends the EVALSHA of args (an EVAL the first time, evalFirst),
