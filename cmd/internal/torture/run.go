@@ -943,6 +943,7 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 					px.Blackhole(faultproxy.Both)
 				}
 			}
+			began := time.Now()
 			p.fault(fmt.Sprintf("%s, with worker %d's client, for %v", desc, pr.id, cut), false)
 			time.Sleep(cut)
 			for _, px := range s.proxies {
@@ -954,6 +955,13 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 				return
 			}
 			p.fault("heal the partition", true)
+			if p.store.grantWithin > 0 {
+				// The plan ends no sooner than this episode's grant or
+				// its bound: a plan whose clients were slow to start
+				// would end before checkGrants could tell a store that
+				// never granted from one that was not given the time.
+				p.holder(ctx, began.Add(p.store.grantWithin))
+			}
 			wait(ttl)
 		}
 	}
