@@ -318,6 +318,33 @@ func crashOverlap(older, newer leaseSpan, episodes []lossEpisode, ttl time.Durat
 	return false
 }
 
+// describeOverlap names two overlapping leases, their spans and the loss
+// episodes around them, in milliseconds from the earlier's grant: what a
+// reader of a failed plan needs and a history's tail may not show.
+func describeOverlap(a, b leaseSpan, episodes []lossEpisode) string {
+	t0 := min(a.From, b.From)
+	ms := func(t int64) string {
+		if t == math.MaxInt64 {
+			return "never"
+		}
+		return fmt.Sprintf("%.1f", float64(t-t0)/1e6)
+	}
+	span := func(l leaseSpan) string {
+		kind := l.Kind
+		if kind == "" {
+			kind = "lock"
+		}
+		return fmt.Sprintf("worker %d's %s (token %d) held from %sms to %sms", l.W, kind, l.Token, ms(l.From), ms(l.To))
+	}
+	s := fmt.Sprintf("  %s; %s", span(a), span(b))
+	for _, ep := range episodes {
+		if ep.Start <= max(a.To, b.To) && ep.End >= t0 {
+			s += fmt.Sprintf("; a loss episode began at %sms, lost the state at %sms, ended at %sms", ms(ep.Start), ms(ep.Loss), ms(ep.End))
+		}
+	}
+	return s
+}
+
 // overlapSlack is how long an overlap may last before it counts against
 // the fault's bound: a tenth of the TTL, the time a loaded machine may
 // take to run the goroutine that records a loss. A holder that goes on
@@ -447,6 +474,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 	// not a holder believing too long, and do not count against the
 	// fault's bound.
 	long := 0
+	var which []string // the first long overlaps, for the violation
 	slack := int64(overlapSlack(r.TTL))
 	episodes := lossEpisodes(events)
 	if r.Kind == KindSemaphore {
@@ -458,6 +486,9 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 					r.Overlaps++
 					if min(a.To, b.To)-max(a.From, b.From) > slack && !crashOverlap(a, b, episodes, r.TTL) {
 						long++
+						if len(which) < 3 {
+							which = append(which, describeOverlap(a, b, episodes))
+						}
 					}
 				}
 			}
@@ -474,6 +505,7 @@ func analyze(r *Result, events []Event, applied []Applied, end int64, timeout ti
 		r.Violations = append(r.Violations, fmt.Sprintf(
 			"%d overlapping leases under fault %s (longer than %v), where at most %d may be: %s",
 			long, r.Fault, time.Duration(slack), bound, what))
+		r.Violations = append(r.Violations, which...)
 	}
 
 	v, regressions := checkTokens(acquires)

@@ -112,6 +112,10 @@ func TestOverlapBound(t *testing.T) {
 		if want := f != FaultPause && f != FaultClockJump; flagged != want || r.OK() == want {
 			t.Errorf("fault %s with an overlap: flagged %v, OK %v; want flagged %v (violations %q)", f, flagged, r.OK(), want, r.Violations)
 		}
+		// The violation names the two leases, for a reader of a failed plan.
+		if named := strings.Contains(strings.Join(r.Violations, "\n"), "worker 1's lock (token 34) held from"); named != flagged {
+			t.Errorf("fault %s: the overlap's leases named %v, want %v (violations %q)", f, named, flagged, r.Violations)
+		}
 	}
 	// The overlap of pause() lasts 7 ms (B's grant at 11 to A's release
 	// call at 18): within a slack of TTL/10 = 7 ms it is the lag of
@@ -530,5 +534,37 @@ func TestCheckGrants(t *testing.T) {
 		if want := f == FaultRestart || f == FaultPartition; held != want {
 			t.Errorf("fault %s: held to the bound %v; want %v", f, held, want)
 		}
+	}
+}
+
+// TestPlanProved: a plan goes on past its duration (faults) until an
+// episode has ended, two leases were granted and one after the episode.
+func TestPlanProved(t *testing.T) {
+	p := &plan{cfg: Config{Fault: FaultWipe}}
+	grant := func() {
+		p.mu.Lock()
+		p.grants++
+		p.lastGrant = Now()
+		p.mu.Unlock()
+	}
+	if err := p.proved(); err != errNoEpisode {
+		t.Fatalf("nothing yet: %v, want %v", err, errNoEpisode)
+	}
+	grant()
+	grant()
+	if err := p.proved(); err != errNoEpisode {
+		t.Fatalf("grants, no episode: %v, want %v", err, errNoEpisode)
+	}
+	p.episodeEnded()
+	if err := p.proved(); err != errNoGrant {
+		t.Fatalf("no grant after the episode: %v, want %v", err, errNoGrant)
+	}
+	grant()
+	if err := p.proved(); err != nil {
+		t.Fatalf("a grant after the episode: %v, want nil", err)
+	}
+	none := &plan{cfg: Config{Fault: FaultNone}}
+	if err := none.proved(); err != errNoGrant {
+		t.Fatalf("no fault, no grant: %v, want %v", err, errNoGrant)
 	}
 }

@@ -353,6 +353,11 @@ type plan struct {
 	faultErr error
 	// runPauses counts a fence-run plan's pauses (signalFenceRun).
 	runPauses int
+	// grants counts the leases granted, lastGrant is Now() at the
+	// latest, and ended and lastEnd the same of the fault episodes that
+	// ended; guarded by mu (faults reads them to end a plan).
+	grants, ended      int
+	lastGrant, lastEnd int64
 }
 
 // slot is a place for one worker, with its own proxies to the store's
@@ -548,6 +553,9 @@ func (p *plan) record(e Event) {
 
 func (p *plan) fault(desc string, end bool) {
 	p.record(Event{W: -1, Op: OpFault, Fault: desc, End: end})
+	if end {
+		p.episodeEnded()
+	}
 	if !end {
 		fmt.Fprintf(p.cfg.Progress, "  %s %s: %s\n", p.store.Name, p.cfg.Fault, desc)
 	}
@@ -633,6 +641,8 @@ func (p *plan) read(s *slot, pr *proc, stdout io.Reader) {
 		switch {
 		case e.Op == OpAcquire && e.Ph == Ret && e.Res == ResOK:
 			pr.holding = true
+			p.grants++
+			p.lastGrant = max(p.lastGrant, e.T)
 		case e.Op == OpRelease && e.Ph == Call, e.Op == OpLost:
 			pr.holding = false
 		}
@@ -735,7 +745,8 @@ func (p *plan) jitter(d time.Duration) time.Duration {
 
 // faults injects the plan's fault until deadline. Every episode it starts
 // ends before the deadline, so the workers run their last stretch
-// undisturbed and the plan ends clean.
+// undisturbed and the plan ends clean. A plan that has not proved
+// anything by then (proved) goes on, up to its duration again.
 func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	ttl := p.cfg.TTL
 	cut := p.store.cutTime(p.cfg.Fault, ttl)
@@ -746,8 +757,24 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	if p.cfg.Fault == FaultRestart {
 		episode = max(episode, p.store.restartFor+ttl/2)
 	}
-	fits := func() time.Time { return deadline.Add(-episode) }
+	// A loaded machine starts workers, grants and recovers slowly. A
+	// plan that would end having proved nothing (no episode, or nothing
+	// granted after its last) goes on, up to its duration again: a slow
+	// machine makes a plan longer, never pass wrongly.
+	last := deadline.Add(p.cfg.Duration)
+	fits := func() time.Time {
+		if p.proved() == errNoEpisode {
+			return last.Add(-episode)
+		}
+		return deadline.Add(-episode)
+	}
 	wait := func(d time.Duration) { sleep(ctx, d) }
+	defer func() {
+		wait(time.Until(deadline))
+		for p.faultErr == nil && p.proved() != nil && time.Now().Before(last) && ctx.Err() == nil {
+			wait(min(ttl/4, time.Until(last)))
+		}
+	}()
 
 	// Let every worker start and the first holder settle in.
 	wait(ttl / 2)
@@ -891,6 +918,7 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			}
 			// The state is gone once the wipe returned.
 			p.record(Event{W: -1, Op: OpFault, Fault: desc, End: true, Loss: true})
+			p.episodeEnded()
 			wait(ttl)
 		}
 	case FaultClockJump:
@@ -965,7 +993,34 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 			wait(ttl)
 		}
 	}
-	wait(time.Until(deadline))
+}
+
+var (
+	errNoEpisode = errors.New("no fault episode has ended")
+	errNoGrant   = errors.New("too few leases granted, or none after the last fault episode")
+)
+
+// proved says what the plan still lacks to prove anything: a fault
+// episode that ended (unless it injects none), then a lease granted after
+// the last one, and two grants in all.
+func (p *plan) proved() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.cfg.Fault != FaultNone && p.ended == 0:
+		return errNoEpisode
+	case p.grants < 2 || p.lastGrant < p.lastEnd:
+		return errNoGrant
+	}
+	return nil
+}
+
+// episodeEnded notes the end of a fault episode (see proved).
+func (p *plan) episodeEnded() {
+	p.mu.Lock()
+	p.ended++
+	p.lastEnd = Now()
+	p.mu.Unlock()
 }
 
 // lossFault starts a fault episode at the moment the store lost its state:
