@@ -95,8 +95,9 @@ type write struct {
 }
 
 // TestMixedFleet runs 3 fence contenders and 3 client-go LeaderElectors
-// on one Lease, each in its own process, for 30 s, freezing one of them
-// past the lease duration every few seconds. From the Lease's history
+// on one Lease, each in its own process, for 30 s or more (see the
+// rounds), freezing one of them past the lease duration every few
+// seconds. From the Lease's history
 // (a watch): no one takes the Lease while its last holder of the other
 // kind may still count itself valid (a fence holder its TTL after its
 // last renewal, an elector its lease duration), and no fence contender
@@ -175,8 +176,30 @@ func TestMixedFleet(t *testing.T) {
 	for i, p := range procs {
 		byID[p.Env[len(p.Env)-1][len(envMixedID)+1:]] = procs[i]
 	}
-	pauses, fenceToFence := 0, 0
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+	// The rounds go on for 30 s, and past that (up to 90 s: a loaded
+	// machine pauses less often and hands over more slowly) until both
+	// kinds have held the Lease and a fence holder's late write has
+	// reached the guard: what the checks below need to mean anything.
+	lateWrite := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		var highest int64
+		for _, wr := range writes {
+			if wr.token < highest {
+				return true
+			}
+			if wr.accepted {
+				highest = max(highest, wr.token)
+			}
+		}
+		return false
+	}
+	seen := map[string]bool{}
+	pauses, fenceToFence, fenceToElector := 0, 0, 0
+	for start := time.Now(); ; {
+		if d := time.Since(start); d > 90*time.Second || d > 30*time.Second && seen["fence"] && seen["elector"] && lateWrite() {
+			break
+		}
 		time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 		l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, mixedLease, metav1.GetOptions{})
 		if err != nil {
@@ -190,8 +213,14 @@ func TestMixedFleet(t *testing.T) {
 		}
 		holder := value(l.Spec.HolderIdentity)
 		pause := time.Duration(3500+rand.IntN(1500)) * time.Millisecond // past the lease durations
-		switch kind := strings.SplitN(holder, "-", 2)[0]; {
-		case kind == "fence" && (fenceToFence == 0 || rand.IntN(3) == 0):
+		kind := strings.SplitN(holder, "-", 2)[0]
+		if holder != "" {
+			seen[kind] = true
+		}
+		// A fence holder's rounds alternate: one hands the Lease to
+		// another fence contender, the next to an elector.
+		switch {
+		case kind == "fence" && fenceToFence <= fenceToElector:
 			// Freeze the electors too, so that another fence contender
 			// takes over and writes while this holder sleeps: its first
 			// write when it wakes is late, and the guard must refuse it.
@@ -202,6 +231,13 @@ func TestMixedFleet(t *testing.T) {
 			}
 			pause += 1500 * time.Millisecond
 			fenceToFence++
+		case kind == "fence":
+			for id, p := range byID {
+				if strings.HasPrefix(id, "fence-") && id != contender(holder) {
+					frozen = append(frozen, p)
+				}
+			}
+			fenceToElector++
 		case rand.IntN(2) == 0:
 			for id, p := range byID {
 				if strings.HasPrefix(id, kind+"-") && id != contender(holder) {
