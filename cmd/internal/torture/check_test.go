@@ -568,3 +568,35 @@ func TestPlanProved(t *testing.T) {
 		t.Fatalf("no fault, no grant: %v, want %v", err, errNoGrant)
 	}
 }
+
+// TestLateReplyOfALoss: in a partition, the cut-off master grants B token
+// 33 (reply at 12 ms) after the other side granted A token 34 (at 5 ms):
+// a late reply, unless a loss of the cut-off side's state (at 13 ms)
+// explains it and B stopped believing within a TTL of it.
+func TestLateReplyOfALoss(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		loss bool
+		ttl  time.Duration
+		want bool // flagged
+	}{
+		{"no loss", false, 20 * time.Millisecond, true},
+		{"a loss, B stopped within a TTL of it", true, 20 * time.Millisecond, false},
+		{"a loss, B believed too long", true, 5 * time.Millisecond, true},
+	} {
+		var h history
+		h.acquire(0, "k", 1, 5, 34)
+		h.acquire(1, "k", 2, 12, 33)
+		h.release(1, "k", 20, 33)
+		h.release(0, "k", 40, 34)
+		events := append(h.events,
+			Event{W: -1, Op: OpFault, T: 0},
+			Event{W: -1, Op: OpFault, T: 13e6, Loss: c.loss},
+			Event{W: -1, Op: OpFault, T: 14e6, End: true})
+		r := &Result{Fault: FaultPartition, TTL: c.ttl}
+		analyze(r, events, nil, 1e6*1e6, 10*time.Second)
+		if flagged := slices.ContainsFunc(r.Violations, func(v string) bool { return strings.Contains(v, "late reply") }); flagged != c.want {
+			t.Errorf("%s: late reply flagged %v, want %v (%q)", c.name, flagged, c.want, r.Violations)
+		}
+	}
+}
