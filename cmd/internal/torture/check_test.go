@@ -263,10 +263,7 @@ func TestCrashOverlapNewerForgotten(t *testing.T) {
 		h.acquire(1, "k", 1, 11, 34)
 		h.release(1, "k", 20, 34)
 		h.release(0, "k", 40, 33)
-		events := append(h.events,
-			Event{W: -1, Op: OpFault, T: 0},
-			Event{W: -1, Op: OpFault, T: 12e6, Loss: true},
-			Event{W: -1, Op: OpFault, T: 13e6, End: true})
+		events := withEpisode(h.events, 12, true)
 		r := &Result{Fault: FaultPartition, TTL: ttl}
 		analyze(r, events, nil, 1e6*1e6, 10*time.Second)
 		if r.Overlaps != 1 {
@@ -589,14 +586,20 @@ func TestLateReplyOfALoss(t *testing.T) {
 		h.acquire(1, "k", 2, 12, 33)
 		h.release(1, "k", 20, 33)
 		h.release(0, "k", 40, 34)
-		events := append(h.events,
-			Event{W: -1, Op: OpFault, T: 0},
-			Event{W: -1, Op: OpFault, T: 13e6, Loss: c.loss},
-			Event{W: -1, Op: OpFault, T: 14e6, End: true})
+		events := withEpisode(h.events, 13, c.loss)
 		r := &Result{Fault: FaultPartition, TTL: c.ttl}
 		analyze(r, events, nil, 1e6*1e6, 10*time.Second)
 		if flagged := slices.ContainsFunc(r.Violations, func(v string) bool { return strings.Contains(v, "late reply") }); flagged != c.want {
 			t.Errorf("%s: late reply flagged %v, want %v (%q)", c.name, flagged, c.want, r.Violations)
 		}
 	}
+}
+
+// withEpisode adds to events a fault episode from 0 to at+1 ms, whose
+// store lost its state at at ms if lost.
+func withEpisode(events []Event, at int64, lost bool) []Event {
+	return append(events,
+		Event{W: -1, Op: OpFault, T: 0},
+		Event{W: -1, Op: OpFault, T: at * 1e6, Loss: lost},
+		Event{W: -1, Op: OpFault, T: (at + 1) * 1e6, End: true})
 }
