@@ -759,9 +759,11 @@ func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	}
 	// A loaded machine starts workers, grants and recovers slowly. A
 	// plan that would end having proved nothing (no episode, or nothing
-	// granted after its last) goes on, up to its duration again: a slow
-	// machine makes a plan longer, never pass wrongly.
-	last := deadline.Add(p.cfg.Duration)
+	// granted after its last) goes on, up to its duration again, or
+	// three times as long as the store may keep a silent holder's lease
+	// if that is longer (a Kubernetes Lease: whole seconds, plus two): a
+	// slow machine makes a plan longer, never pass wrongly.
+	last := deadline.Add(max(p.cfg.Duration, 3*p.store.holdTime(ttl)))
 	fits := func() time.Time {
 		if p.proved() == errNoEpisode {
 			return last.Add(-episode)
