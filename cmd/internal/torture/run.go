@@ -555,8 +555,7 @@ func (p *plan) fault(desc string, end bool) {
 	p.record(Event{W: -1, Op: OpFault, Fault: desc, End: end})
 	if end {
 		p.episodeEnded()
-	}
-	if !end {
+	} else {
 		fmt.Fprintf(p.cfg.Progress, "  %s %s: %s\n", p.store.Name, p.cfg.Fault, desc)
 	}
 }
@@ -746,7 +745,7 @@ func (p *plan) jitter(d time.Duration) time.Duration {
 // faults injects the plan's fault until deadline. Every episode it starts
 // ends before the deadline, so the workers run their last stretch
 // undisturbed and the plan ends clean. A plan that has not proved
-// anything by then (proved) goes on, up to its duration again.
+// anything by then (proved) goes on, for a while (see last).
 func (p *plan) faults(ctx context.Context, deadline time.Time) {
 	ttl := p.cfg.TTL
 	cut := p.store.cutTime(p.cfg.Fault, ttl)
